@@ -1,0 +1,47 @@
+// Shared by the per-family entry files: the C ABI boundary (no exception crosses it) and
+// the small conversions every family needs.
+#pragma once
+
+#include "client/runtime/client_runtime.h"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+
+namespace tally::client {
+
+// Runs `body` (returning CUresult); an exception becomes `onException` and is logged, since
+// unwinding into the application's C code would abort it.
+template <typename Body>
+CUresult guardDriver(const char* api, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    spdlog::error("tally: {} failed: {}", api, e.what());
+  } catch (...) {
+    spdlog::error("tally: {} failed with an unknown exception", api);
+  }
+  return CUDA_ERROR_UNKNOWN;
+}
+
+template <typename Body>
+cudaError_t guardRuntime(const char* api, Body&& body) {
+  return finish(guardDriver(api, std::forward<Body>(body)));
+}
+
+inline uint32_t currentDevice() { return static_cast<uint32_t>(threadState().device); }
+
+// Fills a wire Dim3 from x/y/z.
+template <typename Builder>
+void setDim3(Builder b, unsigned x, unsigned y, unsigned z) {
+  b.setX(x);
+  b.setY(y);
+  b.setZ(z);
+}
+
+}  // namespace tally::client
+
+#define TALLY_API extern "C" __attribute__((visibility("default")))
+
+// Entry files live at global scope (C symbols); give them the wire namespace by its short name.
+namespace wire = tally::wire;

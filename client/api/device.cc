@@ -1,0 +1,349 @@
+// Device family: answered locally from the handshake where possible (torch calls
+// cudaGetDevice and friends millions of times); device-wide work is narrowed by tallyd to
+// this tenant.
+#include "client/api/api_util.h"
+
+#include <cstring>
+
+using namespace tally::client;
+
+namespace {
+
+CUresult validDevice(int ordinal) {
+  if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
+  return ordinal >= 0 && ordinal < ClientRuntime::get().deviceCount() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult synchronizeDevice() {
+  return ClientRuntime::get().call([](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(currentDevice()); });
+}
+
+CUresult setLimit(int limit, size_t value) {
+  return ClientRuntime::get().call([&](wire::Call::Builder c) {
+    auto l = c.initSetLimit();
+    l.setDevice(currentDevice());
+    l.setLimit(static_cast<uint32_t>(limit));
+    l.setValue(value);
+  });
+}
+
+CUresult getLimit(int limit, size_t* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  CUresult r = ClientRuntime::get().call([&](wire::Call::Builder c) {
+    auto l = c.initGetLimit();
+    l.setDevice(currentDevice());
+    l.setLimit(static_cast<uint32_t>(limit));
+  }, &reply);
+  if (r == CUDA_SUCCESS) *value = reply.reply().getValue();
+  return r;
+}
+
+CUresult memGetInfo(size_t* free, size_t* total) {
+  ReplyMessage reply;
+  CUresult r = ClientRuntime::get().call([](wire::Call::Builder c) { c.initMemGetInfo().setDevice(currentDevice()); }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  if (free != nullptr) *free = reply.reply().getMemInfo().getFree();
+  if (total != nullptr) *total = reply.reply().getMemInfo().getTotal();
+  return CUDA_SUCCESS;
+}
+
+CUresult streamPriorityRange(int* least, int* greatest) {
+  if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
+  const DeviceView& d = ClientRuntime::get().device(threadState().device);
+  if (least != nullptr) *least = d.streamPriorityLeast;
+  if (greatest != nullptr) *greatest = d.streamPriorityGreatest;
+  return CUDA_SUCCESS;
+}
+
+// One fake context per device: the primary context tallyd shares among tenants.
+struct FakeContext {
+  int device;
+};
+FakeContext gContexts[kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
+
+CUcontext contextOf(int device) { return reinterpret_cast<CUcontext>(&gContexts[device]); }
+int deviceOfContext(CUcontext ctx) {
+  auto* c = reinterpret_cast<FakeContext*>(ctx);
+  return c >= gContexts && c < gContexts + kMaxDevices ? c->device : -1;
+}
+
+}  // namespace
+
+// --- runtime ---------------------------------------------------------------------------------
+
+TALLY_API cudaError_t cudaGetDeviceCount(int* count) {
+  return guardRuntime(__func__, [&] {
+    if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *count = 0;
+    if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
+    *count = ClientRuntime::get().deviceCount();
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return finishRuntime(cudaErrorInvalidValue);
+  *device = threadState().device;
+  return cudaSuccess;
+}
+
+TALLY_API cudaError_t cudaSetDevice(int device) {
+  return guardRuntime(__func__, [&] {
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    threadState().device = device;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API cudaError_t cudaInitDevice(int device, unsigned int, unsigned int) { return cudaSetDevice(device); }
+TALLY_API cudaError_t cudaSetDeviceFlags(unsigned int) { return finish(ClientRuntime::get().ready()); }
+TALLY_API cudaError_t cudaGetDeviceFlags(unsigned int* flags) {
+  if (flags == nullptr) return finishRuntime(cudaErrorInvalidValue);
+  *flags = cudaDeviceScheduleAuto | cudaDeviceMapHost;
+  return cudaSuccess;
+}
+
+TALLY_API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  return guardRuntime(__func__, [&] {
+    if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    *prop = ClientRuntime::get().device(device).properties;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  return guardRuntime(__func__, [&] {
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    const DeviceView& d = ClientRuntime::get().device(device);
+    if (attr <= 0 || static_cast<size_t>(attr) >= d.attributes.size()) return CUDA_ERROR_INVALID_VALUE;
+    *value = d.attribute(attr);
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  return guardRuntime(__func__, [&] { return streamPriorityRange(least, greatest); });
+}
+
+TALLY_API cudaError_t cudaDeviceSynchronize() { return guardRuntime(__func__, synchronizeDevice); }
+
+// A shared context cannot be reset for one tenant: wait for its work, keep its objects.
+TALLY_API cudaError_t cudaDeviceReset() { return guardRuntime(__func__, synchronizeDevice); }
+
+TALLY_API cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  return guardRuntime(__func__, [&] { return setLimit(limit, value); });
+}
+TALLY_API cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
+  return guardRuntime(__func__, [&] { return getLimit(limit, value); });
+}
+
+TALLY_API cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  return guardRuntime(__func__, [&] { return memGetInfo(free, total); });
+}
+
+TALLY_API cudaError_t cudaDriverGetVersion(int* version) {
+  return guardRuntime(__func__, [&] {
+    if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = ClientRuntime::get().ready();
+    *version = r == CUDA_SUCCESS ? ClientRuntime::get().driverVersion() : 0;
+    return CUDA_SUCCESS;  // natively 0 without a driver, not an error
+  });
+}
+
+TALLY_API cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return finishRuntime(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+TALLY_API cudaError_t cudaDeviceCanAccessPeer(int* can, int, int) {
+  if (can == nullptr) return finishRuntime(cudaErrorInvalidValue);
+  *can = 0;
+  return cudaSuccess;
+}
+
+TALLY_API cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
+  return guardRuntime(__func__, [&] {
+    if (id == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    const DeviceView& d = ClientRuntime::get().device(device);
+    std::snprintf(id, static_cast<size_t>(len), "%08x:%02x:%02x.0", d.attribute(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+                  d.attribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID), d.attribute(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- driver ------------------------------------------------------------------------------------
+
+TALLY_API CUresult cuInit(unsigned int) {
+  return guardDriver(__func__, [] { return ClientRuntime::get().ready(); });
+}
+
+TALLY_API CUresult cuDriverGetVersion(int* version) {
+  return guardDriver(__func__, [&] {
+    if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *version = ClientRuntime::get().ready() == CUDA_SUCCESS ? ClientRuntime::get().driverVersion() : CUDA_VERSION;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceGetCount(int* count) {
+  return guardDriver(__func__, [&] {
+    if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *count = 0;
+    if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
+    *count = ClientRuntime::get().deviceCount();
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  return guardDriver(__func__, [&] {
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(ordinal); r != CUDA_SUCCESS) return r;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceGetName(char* name, int len, CUdevice device) {
+  return guardDriver(__func__, [&] {
+    if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    std::snprintf(name, static_cast<size_t>(len), "%s", ClientRuntime::get().device(device).name.c_str());
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice device) {
+  return guardDriver(__func__, [&] {
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    const DeviceView& d = ClientRuntime::get().device(device);
+    if (attr <= 0 || static_cast<size_t>(attr) >= d.attributes.size()) return CUDA_ERROR_INVALID_VALUE;
+    *value = d.attribute(attr);
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceTotalMem(size_t* bytes, CUdevice device) {
+  return guardDriver(__func__, [&] {
+    if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    *bytes = ClientRuntime::get().device(device).totalMem;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
+  return guardDriver(__func__, [&] {
+    if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    *uuid = ClientRuntime::get().device(device).uuid;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice device) {
+  return guardDriver(__func__, [&] {
+    if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    *major = ClientRuntime::get().device(device).major;
+    *minor = ClientRuntime::get().device(device).minor;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
+  return guardDriver(__func__, [&] {
+    if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    *ctx = contextOf(device);
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDevicePrimaryCtxRelease(CUdevice device) { return validDevice(device); }
+TALLY_API CUresult cuDevicePrimaryCtxReset(CUdevice device) { return validDevice(device); }
+TALLY_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice device, unsigned int) { return validDevice(device); }
+
+TALLY_API CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags, int* active) {
+  return guardDriver(__func__, [&] {
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    if (flags != nullptr) *flags = 0;
+    if (active != nullptr) *active = 1;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ThreadState& t = threadState();
+  *ctx = t.contextStack.empty() ? contextOf(t.device) : t.contextStack.back();
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (ctx == nullptr) return CUDA_SUCCESS;
+  int device = deviceOfContext(ctx);
+  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  ThreadState& t = threadState();
+  t.device = device;
+  if (!t.contextStack.empty()) t.contextStack.back() = ctx;
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxPushCurrent(CUcontext ctx) {
+  int device = deviceOfContext(ctx);
+  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  ThreadState& t = threadState();
+  t.contextStack.push_back(ctx);
+  t.device = device;
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxPopCurrent(CUcontext* ctx) {
+  ThreadState& t = threadState();
+  if (t.contextStack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx != nullptr) *ctx = t.contextStack.back();
+  t.contextStack.pop_back();
+  if (!t.contextStack.empty()) t.device = deviceOfContext(t.contextStack.back());
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxGetDevice(CUdevice* device) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = threadState().device;
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxSynchronize() { return guardDriver(__func__, synchronizeDevice); }
+
+TALLY_API CUresult cuCtxGetApiVersion(CUcontext, unsigned int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = 3020;
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxGetFlags(unsigned int* flags) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = 0;
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  return guardDriver(__func__, [&] { return streamPriorityRange(least, greatest); });
+}
+
+TALLY_API CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  return guardDriver(__func__, [&] { return setLimit(limit, value); });
+}
+TALLY_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  return guardDriver(__func__, [&] { return getLimit(limit, value); });
+}
+TALLY_API CUresult cuMemGetInfo(size_t* free, size_t* total) {
+  return guardDriver(__func__, [&] { return memGetInfo(free, total); });
+}

@@ -1,0 +1,584 @@
+// Memory family. Device addresses are tallyd's; host memory from cudaMallocHost is shared
+// with tallyd through a memfd on Unix sockets (so copies to and from it are DMA at native
+// speed and happen in stream order), and travels as bulk bytes otherwise.
+#include "client/api/api_util.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+using namespace tally::client;
+
+namespace {
+
+constexpr size_t kBulkChunk = 32u << 20;
+
+ClientRuntime& rt() { return ClientRuntime::get(); }
+
+// --- allocation ------------------------------------------------------------------------
+
+CUresult allocateDevice(CUdeviceptr* out, size_t size) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (size == 0) {
+    *out = 0;
+    return CUDA_SUCCESS;
+  }
+  ReplyMessage reply;
+  uint32_t device = currentDevice();
+  CUresult r = rt().call([&](wire::Call::Builder c) {
+    auto a = c.initMemAlloc();
+    a.setDevice(device);
+    a.setSize(size);
+  }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  *out = reply.reply().getValue();
+  rt().addDeviceRegion(*out, size, device);
+  return CUDA_SUCCESS;
+}
+
+CUresult allocatePitch(CUdeviceptr* out, size_t* pitch, size_t width, size_t height) {
+  if (out == nullptr || pitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  uint32_t device = currentDevice();
+  CUresult r = rt().call([&](wire::Call::Builder c) {
+    auto a = c.initMemAlloc();
+    a.setDevice(device);
+    a.setPitchWidth(width);
+    a.setPitchHeight(height);
+  }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  *out = reply.reply().getMemInfo().getFree();
+  *pitch = reply.reply().getMemInfo().getTotal();
+  rt().addDeviceRegion(*out, *pitch * height, device);
+  return CUDA_SUCCESS;
+}
+
+CUresult freeDevice(CUdeviceptr ptr) {
+  if (ptr == 0) return rt().ready();
+  CUresult r = rt().call([&](wire::Call::Builder c) { c.initMemFree().setPtr(ptr); });
+  if (r == CUDA_SUCCESS) rt().removeDeviceRegion(ptr);
+  return r;
+}
+
+// Pinned memory: a memfd tallyd maps and registers, or plain memory when it cannot.
+CUresult allocateHost(void** out, size_t size) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  size_t rounded = (std::max<size_t>(size, 1) + 4095) / 4096 * 4096;
+  if (rt().sharedHostMemory()) {
+    int fd = ::memfd_create("tally-pinned", MFD_CLOEXEC);
+    void* p = MAP_FAILED;
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(rounded)) == 0) {
+      p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    }
+    if (p != MAP_FAILED) {
+      ReplyMessage reply;
+      CUresult r = rt().call([&](wire::Call::Builder c) {
+        auto reg = c.initHostRegister();
+        reg.setClientAddress(reinterpret_cast<uint64_t>(p));
+        reg.setSize(rounded);
+      }, &reply, {}, fd);
+      ::close(fd);
+      if (r == CUDA_SUCCESS) {
+        rt().addHostRegion(p, HostRegion{rounded, true, reply.reply().getValue()});
+        *out = p;
+        return CUDA_SUCCESS;
+      }
+      ::munmap(p, rounded);
+      spdlog::warn("tally: tallyd could not map pinned memory ({}); using unshared memory", static_cast<int>(r));
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  void* p = std::aligned_alloc(4096, rounded);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  rt().addHostRegion(p, HostRegion{rounded, false, 0});
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult freeHost(void* p) {
+  if (p == nullptr) return CUDA_SUCCESS;
+  std::optional<HostRegion> region = rt().removeHostRegion(p);
+  if (!region) return CUDA_ERROR_INVALID_VALUE;
+  if (!region->shared) {
+    std::free(p);
+    return CUDA_SUCCESS;
+  }
+  CUresult r = rt().call([&](wire::Call::Builder c) { c.initHostUnregister().setClientAddress(reinterpret_cast<uint64_t>(p)); });
+  ::munmap(p, region->size);
+  return r;
+}
+
+// --- copies ------------------------------------------------------------------------------
+
+struct Copy2D {
+  uint64_t dst;
+  size_t dstPitch;
+  uint64_t src;
+  size_t srcPitch;
+  size_t width;
+  size_t height;
+  size_t extent(size_t pitch) const { return height == 0 ? 0 : pitch * (height - 1) + width; }
+};
+
+// Where a host range lives: inside one host region (pinned), shared with tallyd or not.
+std::optional<HostRegion> hostRegionOf(uint64_t address, size_t size) {
+  auto found = rt().findHostRegion(reinterpret_cast<const void*>(address));
+  if (!found || address - found->first + size > found->second.size) return std::nullopt;
+  return found->second;
+}
+
+CUresult sendCopy(const CallBuilder& build, bool sync, std::span<const iovec> bulk = {}) {
+  return sync ? rt().call(build, nullptr, bulk) : rt().post(build, bulk);
+}
+
+void fillCopy(wire::Memcpy::Builder m, wire::CopyKind kind, uint64_t stream, const Copy2D& c) {
+  m.setKind(kind);
+  m.setStream(stream);
+  m.setDst(c.dst);
+  m.setSrc(c.src);
+  m.setWidth(c.width);
+  m.setHeight(c.height);
+  m.setDstPitch(c.dstPitch);
+  m.setSrcPitch(c.srcPitch);
+}
+
+CUresult copyToDevice(const Copy2D& c, uint64_t stream, bool sync) {
+  if (auto region = hostRegionOf(c.src, c.extent(c.srcPitch)); region && region->shared) {
+    return sendCopy([&](wire::Call::Builder call) {
+      auto m = call.initMemcpy();
+      fillCopy(m, wire::CopyKind::HOST_TO_DEVICE, stream, c);
+      m.setHostShared(true);
+    }, sync);
+  }
+  // Bulk rows, packed, in chunks of whole rows; only the last chunk is waited for.
+  size_t rowsPerChunk = std::max<size_t>(1, kBulkChunk / std::max<size_t>(c.width, 1));
+  std::vector<char> packed;
+  for (size_t row = 0; row < std::max<size_t>(c.height, 1); row += rowsPerChunk) {
+    size_t rows = std::min(rowsPerChunk, c.height - row);
+    bool last = row + rows >= c.height;
+    const char* src = reinterpret_cast<const char*>(c.src) + row * c.srcPitch;
+    iovec bulk{const_cast<char*>(src), c.width * rows};
+    if (c.srcPitch != c.width && rows > 1) {
+      packed.resize(c.width * rows);
+      for (size_t r = 0; r < rows; ++r) std::memcpy(packed.data() + r * c.width, src + r * c.srcPitch, c.width);
+      bulk.iov_base = packed.data();
+    }
+    Copy2D chunk{c.dst + row * c.dstPitch, c.dstPitch, 0, c.width, c.width, rows};
+    CUresult r = sendCopy([&](wire::Call::Builder call) {
+      fillCopy(call.initMemcpy(), wire::CopyKind::HOST_TO_DEVICE, stream, chunk);
+    }, sync && last, std::span<const iovec>(&bulk, 1));
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
+  auto region = hostRegionOf(c.dst, c.extent(c.dstPitch));
+  if (region && region->shared) {
+    return sendCopy([&](wire::Call::Builder call) {
+      auto m = call.initMemcpy();
+      fillCopy(m, wire::CopyKind::DEVICE_TO_HOST, stream, c);
+      m.setHostShared(true);
+    }, sync);
+  }
+  bool packed = c.dstPitch == c.width || c.height <= 1;
+  // Pageable destinations are synchronous natively too; only unshared pinned memory is async.
+  bool wait = sync || !region || !packed;
+  std::vector<char> temp;
+  char* landing = reinterpret_cast<char*>(c.dst);
+  if (!packed) {
+    temp.resize(c.width * c.height);
+    landing = temp.data();
+  }
+  Connection& connection = rt().connection();
+  uint64_t token = connection.expectHostData(landing, c.width * std::max<size_t>(c.height, 1));
+  CUresult r = sendCopy([&](wire::Call::Builder call) {
+    auto m = call.initMemcpy();
+    fillCopy(m, wire::CopyKind::DEVICE_TO_HOST, stream, c);
+    m.setToken(token);
+  }, wait);
+  // The receiver writes HostData before it routes the reply that follows it, so once a
+  // waited-for call returns, every byte is in place.
+  if (wait) connection.forgetHostData(token);
+  if (r == CUDA_SUCCESS && !packed) {
+    for (size_t row = 0; row < c.height; ++row) {
+      std::memcpy(reinterpret_cast<char*>(c.dst) + row * c.dstPitch, temp.data() + row * c.width, c.width);
+    }
+  }
+  return r;
+}
+
+CUresult copyDeviceToDevice(const Copy2D& c, uint64_t stream, bool sync) {
+  return sendCopy([&](wire::Call::Builder call) {
+    fillCopy(call.initMemcpy(), wire::CopyKind::DEVICE_TO_DEVICE, stream, c);
+  }, sync);
+}
+
+bool isDevicePointer(uint64_t p) { return rt().findDeviceRegion(p).has_value(); }
+
+CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) {
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  if (c.width == 0 || c.height == 0) return CUDA_SUCCESS;
+  if ((c.height > 1 && (c.dstPitch < c.width || c.srcPitch < c.width))) return CUDA_ERROR_INVALID_VALUE;
+  if (kind == cudaMemcpyDefault) {
+    bool dstDevice = isDevicePointer(c.dst);
+    bool srcDevice = isDevicePointer(c.src);
+    kind = dstDevice ? (srcDevice ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                     : (srcDevice ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  }
+  uint64_t streamId = rt().streamId(stream);
+  if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: return copyToDevice(c, streamId, sync);
+    case cudaMemcpyDeviceToHost: return copyToHost(c, streamId, sync);
+    case cudaMemcpyDeviceToDevice: return copyDeviceToDevice(c, streamId, sync);
+    case cudaMemcpyHostToHost:
+      if (sync) rt().call([&](wire::Call::Builder call) { call.initStreamSynchronize().setStream(streamId); });
+      for (size_t row = 0; row < c.height; ++row) {
+        std::memmove(reinterpret_cast<void*>(c.dst + row * c.dstPitch), reinterpret_cast<const void*>(c.src + row * c.srcPitch), c.width);
+      }
+      return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult copy1D(void* dst, const void* src, size_t count, cudaMemcpyKind kind, CUstream stream, bool sync) {
+  Copy2D c{reinterpret_cast<uint64_t>(dst), count, reinterpret_cast<uint64_t>(src), count, count, 1};
+  return copy(c, kind, stream, sync);
+}
+
+CUresult copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                cudaMemcpyKind kind, CUstream stream, bool sync) {
+  Copy2D c{reinterpret_cast<uint64_t>(dst), dpitch, reinterpret_cast<uint64_t>(src), spitch, width, height};
+  return copy(c, kind, stream, sync);
+}
+
+// --- memset ----------------------------------------------------------------------------
+
+CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t width, size_t height, size_t pitch,
+                CUstream stream) {
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  uint64_t streamId = rt().streamId(stream);
+  if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
+  return rt().post([&](wire::Call::Builder c) {
+    auto m = c.initMemset();
+    m.setStream(streamId);
+    m.setDst(dst);
+    m.setValue(value);
+    m.setElementSize(static_cast<uint8_t>(elementSize));
+    m.setWidth(width);
+    m.setHeight(height);
+    m.setPitch(pitch);
+  });
+}
+
+// --- symbols -----------------------------------------------------------------------------
+
+CUresult symbolAddress(const void* symbol, CUdeviceptr& address, size_t& size) {
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  VariableRecord* v = rt().variableFor(symbol);
+  if (v == nullptr) return static_cast<CUresult>(cudaErrorInvalidSymbol);
+  size = v->size;
+  return rt().variableAddress(v, currentDevice(), address);
+}
+
+cudaError_t copySymbol(const void* symbol, void* host, size_t count, size_t offset, cudaMemcpyKind kind,
+                       cudaStream_t stream, bool sync, bool toSymbol) {
+  return guardRuntime("cudaMemcpy[To|From]Symbol", [&] {
+    CUdeviceptr address = 0;
+    size_t size = 0;
+    if (CUresult r = symbolAddress(symbol, address, size); r != CUDA_SUCCESS) return r;
+    if (offset > size || count > size - offset) return CUDA_ERROR_INVALID_VALUE;
+    if (kind == cudaMemcpyDefault) kind = toSymbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    void* symbolPtr = reinterpret_cast<void*>(address + offset);
+    return toSymbol ? copy1D(symbolPtr, host, count, kind, stream, sync) : copy1D(host, symbolPtr, count, kind, stream, sync);
+  });
+}
+
+// --- pointer attributes ------------------------------------------------------------------
+
+void describePointer(const void* ptr, cudaPointerAttributes& attr) {
+  attr = cudaPointerAttributes{};
+  auto address = reinterpret_cast<uint64_t>(ptr);
+  if (auto device = rt().findDeviceRegion(address)) {
+    attr.type = cudaMemoryTypeDevice;
+    attr.device = static_cast<int>(device->second.device);
+    attr.devicePointer = const_cast<void*>(ptr);
+    return;
+  }
+  if (auto host = rt().findHostRegion(ptr)) {
+    attr.type = cudaMemoryTypeHost;
+    attr.device = 0;
+    attr.hostPointer = const_cast<void*>(ptr);
+    if (host->second.serverAddress != 0) {
+      attr.devicePointer = reinterpret_cast<void*>(host->second.serverAddress + (address - host->first));
+    }
+    return;
+  }
+  attr.type = cudaMemoryTypeUnregistered;
+  attr.device = -2;
+}
+
+}  // namespace
+
+// --- runtime -----------------------------------------------------------------------------------
+
+TALLY_API cudaError_t cudaMalloc(void** ptr, size_t size) {
+  return guardRuntime(__func__, [&] { return allocateDevice(reinterpret_cast<CUdeviceptr*>(ptr), size); });
+}
+
+TALLY_API cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
+  return guardRuntime(__func__, [&] { return allocatePitch(reinterpret_cast<CUdeviceptr*>(ptr), pitch, width, height); });
+}
+
+TALLY_API cudaError_t cudaFree(void* ptr) {
+  return guardRuntime(__func__, [&] { return freeDevice(reinterpret_cast<CUdeviceptr>(ptr)); });
+}
+
+TALLY_API cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  return guardRuntime(__func__, [&] { return allocateHost(ptr, size); });
+}
+
+TALLY_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) {
+  return guardRuntime(__func__, [&] { return allocateHost(ptr, size); });
+}
+
+TALLY_API cudaError_t cudaFreeHost(void* ptr) {
+  return guardRuntime(__func__, [&] { return freeHost(ptr); });
+}
+
+// Pageable memory cannot be shared after the fact: registration is accepted and copies from
+// it travel as bulk, as they would from unregistered memory.
+TALLY_API cudaError_t cudaHostRegister(void*, size_t, unsigned int) { return finish(rt().ready()); }
+TALLY_API cudaError_t cudaHostUnregister(void*) { return finish(rt().ready()); }
+
+TALLY_API cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int) {
+  return guardRuntime(__func__, [&] {
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto region = rt().findHostRegion(host);
+    if (!region || region->second.serverAddress == 0) return CUDA_ERROR_INVALID_VALUE;
+    *device = reinterpret_cast<void*>(region->second.serverAddress + (reinterpret_cast<uintptr_t>(host) - region->first));
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return guardRuntime(__func__, [&] { return copy1D(dst, src, count, kind, nullptr, true); });
+}
+
+TALLY_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return copy1D(dst, src, count, kind, stream, false); });
+}
+
+TALLY_API cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                                   cudaMemcpyKind kind) {
+  return guardRuntime(__func__, [&] { return copy2D(dst, dpitch, src, spitch, width, height, kind, nullptr, true); });
+}
+
+TALLY_API cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                        size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return copy2D(dst, dpitch, src, spitch, width, height, kind, stream, false); });
+}
+
+TALLY_API cudaError_t cudaMemset(void* dst, int value, size_t count) {
+  return guardRuntime(__func__, [&] {
+    return memset(reinterpret_cast<CUdeviceptr>(dst), static_cast<uint8_t>(value), 1, count, 1, count, nullptr);
+  });
+}
+
+TALLY_API cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
+  return guardRuntime(__func__, [&] {
+    return memset(reinterpret_cast<CUdeviceptr>(dst), static_cast<uint8_t>(value), 1, count, 1, count, stream);
+  });
+}
+
+TALLY_API cudaError_t cudaMemset2D(void* dst, size_t pitch, int value, size_t width, size_t height) {
+  return guardRuntime(__func__, [&] {
+    return memset(reinterpret_cast<CUdeviceptr>(dst), static_cast<uint8_t>(value), 1, width, height, pitch, nullptr);
+  });
+}
+
+TALLY_API cudaError_t cudaMemset2DAsync(void* dst, size_t pitch, int value, size_t width, size_t height,
+                                        cudaStream_t stream) {
+  return guardRuntime(__func__, [&] {
+    return memset(reinterpret_cast<CUdeviceptr>(dst), static_cast<uint8_t>(value), 1, width, height, pitch, stream);
+  });
+}
+
+TALLY_API cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset,
+                                         cudaMemcpyKind kind) {
+  return copySymbol(symbol, const_cast<void*>(src), count, offset, kind, nullptr, true, true);
+}
+
+TALLY_API cudaError_t cudaMemcpyToSymbolAsync(const void* symbol, const void* src, size_t count, size_t offset,
+                                              cudaMemcpyKind kind, cudaStream_t stream) {
+  return copySymbol(symbol, const_cast<void*>(src), count, offset, kind, stream, false, true);
+}
+
+TALLY_API cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset,
+                                           cudaMemcpyKind kind) {
+  return copySymbol(symbol, dst, count, offset, kind, nullptr, true, false);
+}
+
+TALLY_API cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* symbol, size_t count, size_t offset,
+                                                cudaMemcpyKind kind, cudaStream_t stream) {
+  return copySymbol(symbol, dst, count, offset, kind, stream, false, false);
+}
+
+TALLY_API cudaError_t cudaGetSymbolAddress(void** devPtr, const void* symbol) {
+  return guardRuntime(__func__, [&] {
+    if (devPtr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr address = 0;
+    size_t size = 0;
+    CUresult r = symbolAddress(symbol, address, size);
+    *devPtr = reinterpret_cast<void*>(address);
+    return r;
+  });
+}
+
+TALLY_API cudaError_t cudaGetSymbolSize(size_t* size, const void* symbol) {
+  return guardRuntime(__func__, [&] {
+    if (size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr address = 0;
+    return symbolAddress(symbol, address, *size);
+  });
+}
+
+TALLY_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* ptr) {
+  return guardRuntime(__func__, [&] {
+    if (attr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+    describePointer(ptr, *attr);
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- driver ------------------------------------------------------------------------------------
+
+TALLY_API CUresult cuMemAlloc(CUdeviceptr* ptr, size_t size) {
+  return guardDriver(__func__, [&] { return size == 0 ? CUDA_ERROR_INVALID_VALUE : allocateDevice(ptr, size); });
+}
+
+TALLY_API CUresult cuMemAllocPitch(CUdeviceptr* ptr, size_t* pitch, size_t width, size_t height, unsigned int) {
+  return guardDriver(__func__, [&] { return allocatePitch(ptr, pitch, width, height); });
+}
+
+TALLY_API CUresult cuMemFree(CUdeviceptr ptr) {
+  return guardDriver(__func__, [&] { return freeDevice(ptr); });
+}
+
+TALLY_API CUresult cuMemAllocHost(void** ptr, size_t size) {
+  return guardDriver(__func__, [&] { return allocateHost(ptr, size); });
+}
+
+TALLY_API CUresult cuMemHostAlloc(void** ptr, size_t size, unsigned int) {
+  return guardDriver(__func__, [&] { return allocateHost(ptr, size); });
+}
+
+TALLY_API CUresult cuMemFreeHost(void* ptr) {
+  return guardDriver(__func__, [&] { return freeHost(ptr); });
+}
+
+TALLY_API CUresult cuMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  return guardDriver(__func__, [&] {
+    auto region = rt().findDeviceRegion(ptr);
+    if (!region) return CUDA_ERROR_NOT_FOUND;
+    if (base != nullptr) *base = region->first;
+    if (size != nullptr) *size = region->second.size;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t count) {
+  return guardDriver(__func__, [&] { return copy1D(reinterpret_cast<void*>(dst), src, count, cudaMemcpyHostToDevice, nullptr, true); });
+}
+
+TALLY_API CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t count, CUstream stream) {
+  return guardDriver(__func__, [&] { return copy1D(reinterpret_cast<void*>(dst), src, count, cudaMemcpyHostToDevice, stream, false); });
+}
+
+TALLY_API CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t count) {
+  return guardDriver(__func__, [&] { return copy1D(dst, reinterpret_cast<void*>(src), count, cudaMemcpyDeviceToHost, nullptr, true); });
+}
+
+TALLY_API CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t count, CUstream stream) {
+  return guardDriver(__func__, [&] { return copy1D(dst, reinterpret_cast<void*>(src), count, cudaMemcpyDeviceToHost, stream, false); });
+}
+
+TALLY_API CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t count) {
+  return guardDriver(__func__, [&] {
+    return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDeviceToDevice, nullptr, true);
+  });
+}
+
+TALLY_API CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t count, CUstream stream) {
+  return guardDriver(__func__, [&] {
+    return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDeviceToDevice, stream, false);
+  });
+}
+
+TALLY_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t count) {
+  return guardDriver(__func__, [&] {
+    return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDefault, nullptr, true);
+  });
+}
+
+TALLY_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t count, CUstream stream) {
+  return guardDriver(__func__, [&] {
+    return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDefault, stream, false);
+  });
+}
+
+TALLY_API CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 1, n, 1, n, nullptr); });
+}
+TALLY_API CUresult cuMemsetD16(CUdeviceptr dst, unsigned short value, size_t n) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 2, n, 1, 2 * n, nullptr); });
+}
+TALLY_API CUresult cuMemsetD32(CUdeviceptr dst, unsigned int value, size_t n) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 4, n, 1, 4 * n, nullptr); });
+}
+TALLY_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 1, n, 1, n, stream); });
+}
+TALLY_API CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t n, CUstream stream) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 2, n, 1, 2 * n, stream); });
+}
+TALLY_API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, CUstream stream) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 4, n, 1, 4 * n, stream); });
+}
+
+TALLY_API CUresult cuMemHostGetDevicePointer(CUdeviceptr* device, void* host, unsigned int flags) {
+  return static_cast<CUresult>(cudaHostGetDevicePointer(reinterpret_cast<void**>(device), host, flags));
+}
+
+TALLY_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  return guardDriver(__func__, [&] {
+    if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+    cudaPointerAttributes attr;
+    describePointer(reinterpret_cast<const void*>(ptr), attr);
+    if (attr.type == cudaMemoryTypeUnregistered) return CUDA_ERROR_INVALID_VALUE;
+    switch (attribute) {
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *static_cast<unsigned*>(data) = attr.type == cudaMemoryTypeDevice ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *static_cast<CUdeviceptr*>(data) = reinterpret_cast<CUdeviceptr>(attr.devicePointer);
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        *static_cast<void**>(data) = attr.hostPointer;
+        return CUDA_SUCCESS;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *static_cast<int*>(data) = attr.device;
+        return CUDA_SUCCESS;
+      default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  });
+}

@@ -1,0 +1,290 @@
+// Streams, events and host callbacks. Handles are chosen here, so creating a stream or an
+// event is a one-way message; syncs are the round trips.
+#include "client/api/api_util.h"
+
+using namespace tally::client;
+
+namespace {
+
+ClientRuntime& rt() { return ClientRuntime::get(); }
+
+CUresult createStream(CUstream* out, unsigned flags, int priority) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  auto* s = new StreamHandle();
+  s->id = rt().newHandleId();
+  s->device = currentDevice();
+  s->flags = flags;
+  const DeviceView& d = rt().device(static_cast<int>(s->device));
+  s->priority = std::clamp(priority, d.streamPriorityGreatest, d.streamPriorityLeast);
+  CUresult r = rt().post([&](wire::Call::Builder c) {
+    auto create = c.initStreamCreate();
+    create.setDevice(s->device);
+    create.setStream(s->id);
+    create.setNonBlocking((flags & CU_STREAM_NON_BLOCKING) != 0);
+    create.setPriority(s->priority);
+  });
+  if (r != CUDA_SUCCESS) {
+    delete s;
+    return r;
+  }
+  *out = reinterpret_cast<CUstream>(s);
+  return CUDA_SUCCESS;
+}
+
+CUresult destroyStream(CUstream stream) {
+  StreamHandle* s = checkedHandle<StreamHandle>(stream, HandleMagic::kStream);
+  if (s == nullptr || reinterpret_cast<uintptr_t>(stream) <= 2) return CUDA_ERROR_INVALID_HANDLE;
+  CUresult r = rt().post([&](wire::Call::Builder c) { c.initStreamDestroy().setStream(s->id); });
+  s->magic = HandleMagic{0};
+  delete s;
+  return r;
+}
+
+// Stream id or an error for the calls below.
+CUresult resolveStream(CUstream stream, uint64_t& id) {
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  id = rt().streamId(stream);
+  return id == 0 ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+CUresult synchronizeStream(CUstream stream) {
+  uint64_t id;
+  if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  return rt().call([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(id); });
+}
+
+CUresult queryStream(CUstream stream) {
+  uint64_t id;
+  if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  return rt().call([&](wire::Call::Builder c) { c.initStreamQuery().setStream(id); });
+}
+
+CUresult waitEvent(CUstream stream, CUevent event) {
+  uint64_t id;
+  if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  EventHandle* e = checkedHandle<EventHandle>(event, HandleMagic::kEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return rt().post([&](wire::Call::Builder c) {
+    auto w = c.initStreamWaitEvent();
+    w.setStream(id);
+    w.setEvent(e->id);
+  });
+}
+
+CUresult createEvent(CUevent* out, unsigned flags) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  auto* e = new EventHandle();
+  e->id = rt().newHandleId();
+  e->device = currentDevice();
+  e->flags = flags;
+  CUresult r = rt().post([&](wire::Call::Builder c) {
+    auto create = c.initEventCreate();
+    create.setDevice(e->device);
+    create.setEvent(e->id);
+    create.setFlags(flags);
+  });
+  if (r != CUDA_SUCCESS) {
+    delete e;
+    return r;
+  }
+  *out = reinterpret_cast<CUevent>(e);
+  return CUDA_SUCCESS;
+}
+
+CUresult eventCall(CUevent event, const std::function<void(wire::Call::Builder, uint64_t)>& build, bool oneWay) {
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  EventHandle* e = checkedHandle<EventHandle>(event, HandleMagic::kEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto builder = [&](wire::Call::Builder c) { build(c, e->id); };
+  return oneWay ? rt().post(builder) : rt().call(builder);
+}
+
+CUresult recordEvent(CUevent event, CUstream stream) {
+  uint64_t id;
+  if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  return eventCall(event, [&](wire::Call::Builder c, uint64_t e) {
+    auto rec = c.initEventRecord();
+    rec.setEvent(e);
+    rec.setStream(id);
+  }, true);
+}
+
+CUresult destroyEvent(CUevent event) {
+  CUresult r = eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventDestroy().setEvent(e); }, true);
+  if (r == CUDA_SUCCESS) {
+    auto* e = reinterpret_cast<EventHandle*>(event);
+    e->magic = HandleMagic{0};
+    delete e;
+  }
+  return r;
+}
+
+CUresult elapsedTime(float* ms, CUevent start, CUevent end) {
+  if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  EventHandle* a = checkedHandle<EventHandle>(start, HandleMagic::kEvent);
+  EventHandle* b = checkedHandle<EventHandle>(end, HandleMagic::kEvent);
+  if (a == nullptr || b == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  ReplyMessage reply;
+  CUresult r = rt().call([&](wire::Call::Builder c) {
+    auto t = c.initEventElapsedTime();
+    t.setStart(a->id);
+    t.setEnd(b->id);
+  }, &reply);
+  if (r == CUDA_SUCCESS) *ms = reply.reply().getElapsedMs();
+  return r;
+}
+
+// The callback runs on the client's callback thread once the stream reaches it; the stream
+// then waits (on the GPU side) until the client reports it done.
+CUresult addHostCallback(CUstream stream, std::function<void()> callback) {
+  uint64_t id;
+  if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  auto* owned = new std::function<void()>(std::move(callback));
+  CUresult r = rt().post([&](wire::Call::Builder c) {
+    auto f = c.initHostFunc();
+    f.setStream(id);
+    f.setCallback(reinterpret_cast<uint64_t>(owned));
+  });
+  if (r != CUDA_SUCCESS) delete owned;
+  return r;
+}
+
+CUresult streamInfo(CUstream stream, int* priority, unsigned* flags) {
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  StreamHandle* s = reinterpret_cast<uintptr_t>(stream) > 2 ? checkedHandle<StreamHandle>(stream, HandleMagic::kStream) : nullptr;
+  if (s == nullptr && reinterpret_cast<uintptr_t>(stream) > 2) return CUDA_ERROR_INVALID_HANDLE;
+  if (priority != nullptr) *priority = s != nullptr ? s->priority : 0;
+  if (flags != nullptr) *flags = s != nullptr ? s->flags : 0;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// --- runtime -----------------------------------------------------------------------------------
+
+TALLY_API cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return guardRuntime(__func__, [&] { return createStream(reinterpret_cast<CUstream*>(stream), 0, 0); });
+}
+TALLY_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  return guardRuntime(__func__, [&] { return createStream(reinterpret_cast<CUstream*>(stream), flags, 0); });
+}
+TALLY_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
+  return guardRuntime(__func__, [&] { return createStream(reinterpret_cast<CUstream*>(stream), flags, priority); });
+}
+TALLY_API cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return destroyStream(stream); });
+}
+TALLY_API cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return synchronizeStream(stream); });
+}
+TALLY_API cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return queryStream(stream); });
+}
+TALLY_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  return guardRuntime(__func__, [&] { return waitEvent(stream, event); });
+}
+TALLY_API cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  return guardRuntime(__func__, [&] { return priority == nullptr ? CUDA_ERROR_INVALID_VALUE : streamInfo(stream, priority, nullptr); });
+}
+TALLY_API cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) {
+  return guardRuntime(__func__, [&] { return flags == nullptr ? CUDA_ERROR_INVALID_VALUE : streamInfo(stream, nullptr, flags); });
+}
+TALLY_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  return guardRuntime(__func__, [&] {
+    if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return addHostCallback(stream, [fn, userData] { fn(userData); });
+  });
+}
+TALLY_API cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t fn, void* userData, unsigned int) {
+  return guardRuntime(__func__, [&] {
+    if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return addHostCallback(stream, [fn, userData, stream] { fn(stream, cudaSuccess, userData); });
+  });
+}
+
+TALLY_API cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return guardRuntime(__func__, [&] { return createEvent(reinterpret_cast<CUevent*>(event), 0); });
+}
+TALLY_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  return guardRuntime(__func__, [&] { return createEvent(reinterpret_cast<CUevent*>(event), flags); });
+}
+TALLY_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return recordEvent(event, stream); });
+}
+TALLY_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int) {
+  return guardRuntime(__func__, [&] { return recordEvent(event, stream); });
+}
+TALLY_API cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return guardRuntime(__func__, [&] {
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventQuery().setEvent(e); }, false);
+  });
+}
+TALLY_API cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return guardRuntime(__func__, [&] {
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventSynchronize().setEvent(e); }, false);
+  });
+}
+TALLY_API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  return guardRuntime(__func__, [&] { return elapsedTime(ms, start, end); });
+}
+TALLY_API cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  return guardRuntime(__func__, [&] { return destroyEvent(event); });
+}
+
+// --- driver ------------------------------------------------------------------------------------
+
+TALLY_API CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
+  return guardDriver(__func__, [&] { return createStream(stream, flags, 0); });
+}
+TALLY_API CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
+  return guardDriver(__func__, [&] { return createStream(stream, flags, priority); });
+}
+TALLY_API CUresult cuStreamDestroy(CUstream stream) { return guardDriver(__func__, [&] { return destroyStream(stream); }); }
+TALLY_API CUresult cuStreamSynchronize(CUstream stream) {
+  return guardDriver(__func__, [&] { return synchronizeStream(stream); });
+}
+TALLY_API CUresult cuStreamQuery(CUstream stream) { return guardDriver(__func__, [&] { return queryStream(stream); }); }
+TALLY_API CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
+  return guardDriver(__func__, [&] { return waitEvent(stream, event); });
+}
+TALLY_API CUresult cuStreamGetPriority(CUstream stream, int* priority) {
+  return guardDriver(__func__, [&] { return priority == nullptr ? CUDA_ERROR_INVALID_VALUE : streamInfo(stream, priority, nullptr); });
+}
+TALLY_API CUresult cuStreamGetFlags(CUstream stream, unsigned int* flags) {
+  return guardDriver(__func__, [&] { return flags == nullptr ? CUDA_ERROR_INVALID_VALUE : streamInfo(stream, nullptr, flags); });
+}
+TALLY_API CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* userData) {
+  return guardDriver(__func__, [&] {
+    if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return addHostCallback(stream, [fn, userData] { fn(userData); });
+  });
+}
+TALLY_API CUresult cuStreamAddCallback(CUstream stream, CUstreamCallback fn, void* userData, unsigned int) {
+  return guardDriver(__func__, [&] {
+    if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return addHostCallback(stream, [fn, userData, stream] { fn(stream, CUDA_SUCCESS, userData); });
+  });
+}
+TALLY_API CUresult cuEventCreate(CUevent* event, unsigned int flags) {
+  return guardDriver(__func__, [&] { return createEvent(event, flags); });
+}
+TALLY_API CUresult cuEventRecord(CUevent event, CUstream stream) {
+  return guardDriver(__func__, [&] { return recordEvent(event, stream); });
+}
+TALLY_API CUresult cuEventQuery(CUevent event) {
+  return guardDriver(__func__, [&] {
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventQuery().setEvent(e); }, false);
+  });
+}
+TALLY_API CUresult cuEventSynchronize(CUevent event) {
+  return guardDriver(__func__, [&] {
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventSynchronize().setEvent(e); }, false);
+  });
+}
+TALLY_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  return guardDriver(__func__, [&] { return elapsedTime(ms, start, end); });
+}
+TALLY_API CUresult cuEventDestroy(CUevent event) { return guardDriver(__func__, [&] { return destroyEvent(event); }); }

@@ -1,0 +1,494 @@
+#include "client/runtime/client_runtime.h"
+
+#include "common/fatbin/fatbin.h"
+#include "common/hash/content_hash.h"
+#include "common/log/log.h"
+
+#include <capnp/message.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
+namespace tally::client {
+
+namespace {
+
+std::string envOr(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+std::string defaultTenantName() {
+  char exe[4096] = {};
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  std::string path = n > 0 ? std::string(exe, static_cast<size_t>(n)) : "app";
+  return path.substr(path.find_last_of('/') + 1) + "-" + std::to_string(::getpid());
+}
+
+// Host callbacks run here, in order, never on the receiver thread (a slow callback must not
+// hold up replies).
+class CallbackThread {
+ public:
+  void push(std::function<void()> work) {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    queue_.push_back(std::move(work));
+    wake_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return !queue_.empty(); });
+      auto work = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      work();
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  std::thread thread_;
+};
+
+CallbackThread& callbackThread() {
+  static auto* thread = new CallbackThread();  // never destroyed: callbacks may run at exit
+  return *thread;
+}
+
+}  // namespace
+
+ClientRuntime& ClientRuntime::get() {
+  static ClientRuntime* runtime = [] {
+    log::setup("tally-client", "", spdlog::level::warn);
+    return new ClientRuntime();  // never destroyed: app threads may call CUDA during exit
+  }();
+  return *runtime;
+}
+
+// --- connection ------------------------------------------------------------------------
+
+void ClientRuntime::connect() {
+  std::string error;
+  std::string server = envOr("TALLY_SERVER", "unix:/run/tally/tallyd.sock");
+  auto endpoint = address::parseEndpoint(server, error);
+  if (!endpoint) {
+    spdlog::error("tally: TALLY_SERVER: {}", error);
+    connectStatus_ = CUDA_ERROR_NO_DEVICE;
+    return;
+  }
+  auto priority = envOr("TALLY_PRIORITY", "best-effort") == "high" ? wire::PriorityClass::HIGH_PRIORITY
+                                                                   : wire::PriorityClass::BEST_EFFORT;
+  connection_ = Connection::open(*endpoint, envOr("TALLY_TENANT", defaultTenantName().c_str()), priority, error);
+  if (!connection_) {
+    spdlog::error("tally: {}", error);
+    connectStatus_ = CUDA_ERROR_NO_DEVICE;
+    return;
+  }
+  auto welcome = connection_->welcome();
+  sharedHostMemory_ = welcome.getSharedHostMemory() && envOr("TALLY_SHARED_HOST_MEMORY", "1") != "0";
+  driverVersion_ = welcome.getDriverVersion();
+  for (auto d : welcome.getDevices()) {
+    DeviceView view;
+    view.name = d.getName();
+    view.major = d.getMajor();
+    view.minor = d.getMinor();
+    view.totalMem = d.getTotalMem();
+    auto props = d.getProperties();
+    if (props.size() == sizeof(cudaDeviceProp)) std::memcpy(&view.properties, props.begin(), props.size());
+    for (int a : d.getAttributes()) view.attributes.push_back(a);
+    view.streamPriorityLeast = d.getStreamPriorityLeast();
+    view.streamPriorityGreatest = d.getStreamPriorityGreatest();
+    auto uuid = d.getUuid();
+    if (uuid.size() == sizeof(view.uuid.bytes)) std::memcpy(view.uuid.bytes, uuid.begin(), uuid.size());
+    devices_.push_back(std::move(view));
+    if (devices_.size() == kMaxDevices) break;
+  }
+  connection_->setHostFuncHandler([this](const HostFuncNotice& n) { runHostFunc(n); });
+  connectStatus_ = CUDA_SUCCESS;
+}
+
+CUresult ClientRuntime::ready() {
+  std::call_once(connectOnce_, [this] { connect(); });
+  if (connectStatus_ != CUDA_SUCCESS) return connectStatus_;
+  return connection_->broken() ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+}
+
+namespace {
+void buildCall(capnp::MallocMessageBuilder& message, uint64_t id, const CallBuilder& build) {
+  auto call = message.initRoot<wire::ClientMessage>().initCalls(1)[0];
+  call.setId(id);
+  build(call);
+}
+}  // namespace
+
+CUresult ClientRuntime::post(const CallBuilder& build, std::span<const iovec> bulk) {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  capnp::MallocMessageBuilder message(128);
+  buildCall(message, 0, build);
+  return connection_->send(message, bulk);
+}
+
+CUresult ClientRuntime::call(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd) {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  capnp::MallocMessageBuilder message(128);
+  uint64_t id = connection_->nextCallId();
+  buildCall(message, id, build);
+  ReplyMessage local;
+  ReplyMessage& out = reply != nullptr ? *reply : local;
+  if (CUresult r = connection_->roundTrip(id, message, out, bulk, fd); r != CUDA_SUCCESS) return r;
+  auto answer = out.reply();
+  if (answer.getStatus() != CUDA_SUCCESS) return static_cast<CUresult>(answer.getStatus());
+  return static_cast<CUresult>(answer.getDeferredStatus());
+}
+
+void ClientRuntime::runHostFunc(const HostFuncNotice& notice) {
+  callbackThread().push([this, notice] {
+    // The callback pointer came from this process: tallyd only echoes it back.
+    auto* callback = reinterpret_cast<std::function<void()>*>(notice.callback);
+    (*callback)();
+    delete callback;
+    post([&](wire::Call::Builder c) {
+      auto done = c.initHostFuncDone();
+      done.setStream(notice.stream);
+      done.setSequence(notice.sequence);
+    });
+  });
+}
+
+// --- streams ---------------------------------------------------------------------------
+
+uint64_t ClientRuntime::streamId(CUstream stream) {
+  auto raw = reinterpret_cast<uintptr_t>(stream);
+  if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) {
+    return static_cast<uint64_t>(threadState().device) + 1;
+  }
+  if (raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
+    ThreadState& t = threadState();
+    if (t.perThreadStream == nullptr) {
+      auto* s = new StreamHandle();
+      s->id = newHandleId();
+      s->device = static_cast<uint32_t>(t.device);
+      CUresult r = post([&](wire::Call::Builder c) {
+        auto create = c.initStreamCreate();
+        create.setDevice(s->device);
+        create.setStream(s->id);
+        create.setNonBlocking(false);
+      });
+      if (r != CUDA_SUCCESS) {
+        delete s;
+        return 0;
+      }
+      t.perThreadStream = s;
+    }
+    return t.perThreadStream->id;
+  }
+  StreamHandle* s = checkedHandle<StreamHandle>(stream, HandleMagic::kStream);
+  return s != nullptr ? s->id : 0;
+}
+
+uint32_t ClientRuntime::streamDevice(CUstream stream) {
+  StreamHandle* s = checkedHandle<StreamHandle>(stream, HandleMagic::kStream);
+  auto raw = reinterpret_cast<uintptr_t>(stream);
+  if (s != nullptr && raw > 2) return s->device;
+  return static_cast<uint32_t>(threadState().device);
+}
+
+// --- memory tables -----------------------------------------------------------------------
+
+void ClientRuntime::addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device) {
+  std::lock_guard lock(tablesMutex_);
+  deviceRegions_[base] = DeviceRegion{size, device};
+}
+
+bool ClientRuntime::removeDeviceRegion(CUdeviceptr base) {
+  std::lock_guard lock(tablesMutex_);
+  return deviceRegions_.erase(base) != 0;
+}
+
+std::optional<std::pair<CUdeviceptr, DeviceRegion>> ClientRuntime::findDeviceRegion(uint64_t address) {
+  std::lock_guard lock(tablesMutex_);
+  auto it = deviceRegions_.upper_bound(address);
+  if (it == deviceRegions_.begin()) return std::nullopt;
+  --it;
+  if (address - it->first >= std::max<size_t>(it->second.size, 1)) return std::nullopt;
+  return *it;
+}
+
+void ClientRuntime::addHostRegion(const void* base, HostRegion region) {
+  std::lock_guard lock(tablesMutex_);
+  hostRegions_[reinterpret_cast<uintptr_t>(base)] = region;
+}
+
+std::optional<HostRegion> ClientRuntime::removeHostRegion(const void* base) {
+  std::lock_guard lock(tablesMutex_);
+  auto it = hostRegions_.find(reinterpret_cast<uintptr_t>(base));
+  if (it == hostRegions_.end()) return std::nullopt;
+  HostRegion region = it->second;
+  hostRegions_.erase(it);
+  return region;
+}
+
+std::optional<std::pair<uintptr_t, HostRegion>> ClientRuntime::findHostRegion(const void* address) {
+  auto a = reinterpret_cast<uintptr_t>(address);
+  std::lock_guard lock(tablesMutex_);
+  auto it = hostRegions_.upper_bound(a);
+  if (it == hostRegions_.begin()) return std::nullopt;
+  --it;
+  if (a - it->first >= std::max<size_t>(it->second.size, 1)) return std::nullopt;
+  return *it;
+}
+
+// --- registration --------------------------------------------------------------------------
+
+FatbinRecord* ClientRuntime::registerFatbin(const void* wrapper) {
+  auto record = std::make_unique<FatbinRecord>();
+  record->wrapper = wrapper;
+  std::lock_guard lock(registryMutex_);
+  fatbins_.push_back(std::move(record));
+  return fatbins_.back().get();
+}
+
+void ClientRuntime::registerKernel(FatbinRecord* fatbin, const void* hostFunction, const char* deviceName) {
+  auto record = std::make_unique<KernelRecord>();
+  record->fatbin = fatbin;
+  record->deviceName = deviceName;
+  record->hostFunction = hostFunction;
+  std::lock_guard lock(registryMutex_);
+  kernels_[hostFunction] = std::move(record);
+}
+
+void ClientRuntime::registerVariable(FatbinRecord* fatbin, const void* hostVariable, const char* deviceName, size_t size) {
+  auto record = std::make_unique<VariableRecord>();
+  record->fatbin = fatbin;
+  record->deviceName = deviceName;
+  record->size = size;
+  std::lock_guard lock(registryMutex_);
+  variables_[hostVariable] = std::move(record);
+}
+
+KernelRecord* ClientRuntime::kernelFor(const void* hostFunctionOrKernel) {
+  {
+    std::lock_guard lock(registryMutex_);
+    auto it = kernels_.find(hostFunctionOrKernel);
+    if (it != kernels_.end()) return it->second.get();
+  }
+  // A cudaKernel_t from __cudaGetKernel is one of our records; check it is before reading it.
+  std::lock_guard lock(registryMutex_);
+  for (auto& [host, record] : kernels_) {
+    if (record.get() == hostFunctionOrKernel) return record.get();
+  }
+  return nullptr;
+}
+
+VariableRecord* ClientRuntime::variableFor(const void* hostVariable) {
+  std::lock_guard lock(registryMutex_);
+  auto it = variables_.find(hostVariable);
+  return it == variables_.end() ? nullptr : it->second.get();
+}
+
+// --- modules -------------------------------------------------------------------------------
+
+CUresult ClientRuntime::sendModule(const std::string& image, bool ptx, uint32_t device, ModuleHandle*& out) {
+  hash::ContentHash hash = hash::contentHash(image.data(), image.size());
+  auto* module = new ModuleHandle();
+  module->id = newHandleId();
+  module->device = device;
+  auto build = [&](bool withImage) {
+    return [&, withImage](wire::Call::Builder c) {
+      auto load = c.initModuleLoad();
+      load.setDevice(device);
+      load.setModule(module->id);
+      load.setHash(kj::arrayPtr(hash.data(), hash.size()));
+      load.setKind(ptx ? wire::ImageKind::PTX : wire::ImageKind::CUBIN);
+      load.setImageSize(image.size());
+      load.setHasImage(withImage);
+    };
+  };
+  ReplyMessage reply;
+  CUresult r = call(build(false), &reply);
+  if (r == CUDA_SUCCESS && reply.reply().isModuleLoad() && reply.reply().getModuleLoad().getNeedImage()) {
+    iovec bulk{const_cast<char*>(image.data()), image.size()};
+    r = call(build(true), &reply, std::span<const iovec>(&bulk, 1));
+  }
+  if (r != CUDA_SUCCESS) {
+    delete module;
+    return r;
+  }
+  out = module;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// The image tallyd's device can load: a matching cubin, else PTX to JIT.
+CUresult selectImage(const void* image, const DeviceView& device, std::string& bytes, bool& ptx) {
+  fatbin::ModuleImage m = fatbin::moduleImage(image);
+  switch (m.kind) {
+    case fatbin::ImageKind::kCubin:
+      bytes.assign(reinterpret_cast<const char*>(m.bytes.data()), m.bytes.size());
+      ptx = false;
+      return CUDA_SUCCESS;
+    case fatbin::ImageKind::kPtx:
+      bytes.assign(reinterpret_cast<const char*>(m.bytes.data()), m.bytes.size());
+      while (!bytes.empty() && bytes.back() == '\0') bytes.pop_back();
+      ptx = true;
+      return CUDA_SUCCESS;
+    case fatbin::ImageKind::kWrapper:
+    case fatbin::ImageKind::kContainer: {
+      std::vector<fatbin::Entry> entries;
+      std::string error;
+      std::span<const uint8_t> container = m.bytes;
+      fatbin::WrapperView view;
+      // nvcc 13 registers a version-2 (device-link) wrapper in every program; its own
+      // container is loadable like a version-1 one.
+      if (m.kind == fatbin::ImageKind::kWrapper && container.empty() && fatbin::readWrapper(image, view, error)) {
+        container = view.container;
+      }
+      if (!fatbin::parseContainer(container, entries, error)) {
+        spdlog::error("tally: cannot parse a fatbin: {}", error);
+        return CUDA_ERROR_INVALID_IMAGE;
+      }
+      const fatbin::Entry* entry = fatbin::selectForDevice(entries, device.major, device.minor);
+      if (entry == nullptr) {
+        spdlog::error("tally: no code in this fatbin runs on sm_{}{} ({} entries)", device.major, device.minor, entries.size());
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+      }
+      bytes = entry->payload;
+      ptx = entry->kind == fatbin::EntryKind::kPtx;
+      if (ptx) {
+        while (!bytes.empty() && bytes.back() == '\0') bytes.pop_back();
+      }
+      return CUDA_SUCCESS;
+    }
+    case fatbin::ImageKind::kUnknown:
+      break;
+  }
+  return CUDA_ERROR_INVALID_IMAGE;
+}
+
+}  // namespace
+
+CUresult ClientRuntime::loadModuleImage(const void* image, uint32_t device, ModuleHandle*& out) {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  if (device >= devices_.size()) return CUDA_ERROR_INVALID_DEVICE;
+  std::string bytes;
+  bool ptx = false;
+  if (CUresult r = selectImage(image, devices_[device], bytes, ptx); r != CUDA_SUCCESS) return r;
+  return sendModule(bytes, ptx, device, out);
+}
+
+CUresult ClientRuntime::ensureFatbinModule(FatbinRecord& fatbin, uint32_t device, ModuleHandle*& out) {
+  std::lock_guard lock(fatbin.mutex);
+  if (fatbin.modules[device] == nullptr) {
+    if (CUresult r = loadModuleImage(fatbin.wrapper, device, fatbin.modules[device]); r != CUDA_SUCCESS) return r;
+  }
+  out = fatbin.modules[device];
+  return CUDA_SUCCESS;
+}
+
+CUresult ClientRuntime::functionOf(ModuleHandle* module, const char* name, FunctionHandle*& out) {
+  std::lock_guard lock(module->mutex);
+  for (FunctionHandle* f : module->functions) {
+    if (f->name == name) {
+      out = f;
+      return CUDA_SUCCESS;
+    }
+  }
+  auto* f = new FunctionHandle();
+  f->id = newHandleId();
+  f->module = module;
+  f->name = name;
+  ReplyMessage reply;
+  CUresult r = call([&](wire::Call::Builder c) {
+    auto get = c.initModuleGetFunction();
+    get.setModule(module->id);
+    get.setFunction(f->id);
+    get.setName(name);
+  }, &reply);
+  if (r != CUDA_SUCCESS || !reply.reply().isFunction()) {
+    delete f;
+    return r != CUDA_SUCCESS ? r : CUDA_ERROR_NOT_FOUND;
+  }
+  auto info = reply.reply().getFunction();
+  for (auto p : info.getParams()) {
+    f->params.emplace_back(p.getOffset(), p.getSize());
+    f->paramBytes = std::max<size_t>(f->paramBytes, p.getOffset() + p.getSize());
+  }
+  for (int a : info.getAttributes()) f->attributes.push_back(a);
+  module->functions.push_back(f);
+  out = f;
+  return CUDA_SUCCESS;
+}
+
+CUresult ClientRuntime::functionOf(KernelRecord* kernel, uint32_t device, FunctionHandle*& out) {
+  if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+  out = kernel->functions[device].load(std::memory_order_acquire);
+  if (out != nullptr) return CUDA_SUCCESS;
+  ModuleHandle* module = nullptr;
+  if (CUresult r = ensureFatbinModule(*kernel->fatbin, device, module); r != CUDA_SUCCESS) return r;
+  if (CUresult r = functionOf(module, kernel->deviceName, out); r != CUDA_SUCCESS) return r;
+  kernel->functions[device].store(out, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+CUresult ClientRuntime::variableAddress(VariableRecord* variable, uint32_t device, CUdeviceptr& out) {
+  if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+  if (variable->addresses[device] != 0) {
+    out = variable->addresses[device];
+    return CUDA_SUCCESS;
+  }
+  ModuleHandle* module = nullptr;
+  if (CUresult r = ensureFatbinModule(*variable->fatbin, device, module); r != CUDA_SUCCESS) return r;
+  ReplyMessage reply;
+  CUresult r = call([&](wire::Call::Builder c) {
+    auto get = c.initModuleGetGlobal();
+    get.setModule(module->id);
+    get.setName(variable->deviceName);
+  }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  out = variable->addresses[device] = reply.reply().getGlobal().getPtr();
+  addDeviceRegion(out, reply.reply().getGlobal().getSize(), device);
+  return CUDA_SUCCESS;
+}
+
+CUresult ClientRuntime::unloadModule(ModuleHandle* module) {
+  CUresult r = call([&](wire::Call::Builder c) { c.initModuleUnload().setModule(module->id); });
+  // Function handles stay allocated: the application may still hold (stale) copies.
+  module->magic = HandleMagic{0};
+  return r;
+}
+
+// --- per-thread state and results -------------------------------------------------------
+
+ThreadState& threadState() {
+  thread_local ThreadState state;
+  return state;
+}
+
+cudaError_t toRuntime(CUresult r) {
+  // The runtime's codes equal the driver's for every error a forwarded call can return,
+  // except the context family, which the runtime reports as device errors.
+  switch (r) {
+    case CUDA_ERROR_INVALID_CONTEXT: return cudaErrorDeviceUninitialized;
+    case CUDA_ERROR_NOT_FOUND: return cudaErrorSymbolNotFound;
+    default: return static_cast<cudaError_t>(r);
+  }
+}
+
+cudaError_t finishRuntime(cudaError_t e) {
+  if (e != cudaSuccess) threadState().lastError = e;
+  return e;
+}
+
+cudaError_t finish(CUresult r) { return finishRuntime(toRuntime(r)); }
+
+}  // namespace tally::client

@@ -1,0 +1,143 @@
+// The client's one process-global object, created on the first CUDA call that needs tallyd
+// (registration at load time does not connect). Everything else hangs off it: the
+// connection, what tallyd said about its devices, handle tables, per-thread CUDA state.
+#pragma once
+
+#include "client/runtime/handles.h"
+#include "client/transport/connection.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tally::client {
+
+struct DeviceView {
+  std::string name;
+  int major = 0;
+  int minor = 0;
+  size_t totalMem = 0;
+  cudaDeviceProp properties{};
+  std::vector<int> attributes;
+  int streamPriorityLeast = 0;
+  int streamPriorityGreatest = 0;
+  CUuuid uuid{};
+  int attribute(int a) const { return a >= 0 && static_cast<size_t>(a) < attributes.size() ? attributes[a] : 0; }
+};
+
+struct HostRegion {
+  size_t size = 0;
+  bool shared = false;        // memfd mapped by tallyd
+  uint64_t serverAddress = 0;  // where tallyd mapped it (the device pointer, when registered)
+};
+
+struct DeviceRegion {
+  size_t size = 0;
+  uint32_t device = 0;
+};
+
+using CallBuilder = std::function<void(wire::Call::Builder)>;
+
+class ClientRuntime {
+ public:
+  static ClientRuntime& get();
+
+  // --- connection -------------------------------------------------------------------
+  // CUDA_SUCCESS once connected; otherwise the error every call returns (logged once).
+  CUresult ready();
+  Connection& connection() { return *connection_; }
+  // One-way call; its error surfaces at the next synchronizing call.
+  CUresult post(const CallBuilder& build, std::span<const iovec> bulk = {});
+  // Round trip: the call's status, or an earlier one-way call's deferred error.
+  CUresult call(const CallBuilder& build, ReplyMessage* reply = nullptr, std::span<const iovec> bulk = {}, int fd = -1);
+  uint64_t newHandleId() { return nextHandleId_.fetch_add(1); }
+
+  // --- devices ----------------------------------------------------------------------
+  int deviceCount() const { return static_cast<int>(devices_.size()); }
+  const DeviceView& device(int ordinal) const { return devices_[ordinal]; }
+  bool sharedHostMemory() const { return sharedHostMemory_; }
+  int driverVersion() const { return driverVersion_; }
+
+  // --- streams ----------------------------------------------------------------------
+  // Wire id of a stream handle (legacy default / per-thread / created), 0 if invalid.
+  uint64_t streamId(CUstream stream);
+  uint32_t streamDevice(CUstream stream);
+
+  // --- memory tables ------------------------------------------------------------------
+  void addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device);
+  bool removeDeviceRegion(CUdeviceptr base);
+  std::optional<std::pair<CUdeviceptr, DeviceRegion>> findDeviceRegion(uint64_t address);
+  void addHostRegion(const void* base, HostRegion region);
+  std::optional<HostRegion> removeHostRegion(const void* base);
+  std::optional<std::pair<uintptr_t, HostRegion>> findHostRegion(const void* address);
+
+  // --- registration (no connection needed) --------------------------------------------
+  FatbinRecord* registerFatbin(const void* wrapper);
+  void registerKernel(FatbinRecord* fatbin, const void* hostFunction, const char* deviceName);
+  void registerVariable(FatbinRecord* fatbin, const void* hostVariable, const char* deviceName, size_t size);
+  KernelRecord* kernelFor(const void* hostFunctionOrKernel);
+  VariableRecord* variableFor(const void* hostVariable);
+
+  // --- modules ------------------------------------------------------------------------
+  CUresult loadModuleImage(const void* image, uint32_t device, ModuleHandle*& out);
+  CUresult functionOf(ModuleHandle* module, const char* name, FunctionHandle*& out);
+  CUresult functionOf(KernelRecord* kernel, uint32_t device, FunctionHandle*& out);
+  CUresult variableAddress(VariableRecord* variable, uint32_t device, CUdeviceptr& out);
+  CUresult unloadModule(ModuleHandle* module);
+
+ private:
+  ClientRuntime() = default;
+  void connect();
+  void runHostFunc(const HostFuncNotice& notice);
+  CUresult ensureFatbinModule(FatbinRecord& fatbin, uint32_t device, ModuleHandle*& out);
+  CUresult sendModule(const std::string& image, bool ptx, uint32_t device, ModuleHandle*& out);
+
+  std::once_flag connectOnce_;
+  CUresult connectStatus_ = CUDA_ERROR_NOT_INITIALIZED;
+  std::unique_ptr<Connection> connection_;
+  std::vector<DeviceView> devices_;
+  bool sharedHostMemory_ = false;
+  int driverVersion_ = 0;
+  std::atomic<uint64_t> nextHandleId_{1u << 16};
+
+  std::mutex tablesMutex_;
+  std::map<CUdeviceptr, DeviceRegion> deviceRegions_;
+  std::map<uintptr_t, HostRegion> hostRegions_;
+
+  std::mutex registryMutex_;
+  std::vector<std::unique_ptr<FatbinRecord>> fatbins_;
+  std::unordered_map<const void*, std::unique_ptr<KernelRecord>> kernels_;
+  std::unordered_map<const void*, std::unique_ptr<VariableRecord>> variables_;
+};
+
+// --- per-thread CUDA state --------------------------------------------------------------
+struct ThreadState {
+  int device = 0;
+  cudaError_t lastError = cudaSuccess;
+  StreamHandle* perThreadStream = nullptr;
+  std::vector<CUcontext> contextStack;
+  struct LaunchConfig {
+    dim3 grid, block;
+    size_t sharedMem;
+    cudaStream_t stream;
+  };
+  std::vector<LaunchConfig> launchConfigs;
+};
+ThreadState& threadState();
+
+// Runtime API results: maps a driver result to the runtime's code and records it as the
+// thread's last error when it is one.
+cudaError_t toRuntime(CUresult r);
+cudaError_t finish(CUresult r);
+cudaError_t finishRuntime(cudaError_t e);
+
+}  // namespace tally::client

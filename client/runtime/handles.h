@@ -1,0 +1,91 @@
+// Client-side objects behind the opaque handles the application holds. Every handle we give
+// out points at one of these; `magic` lets entry points reject pointers that are not ours.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tally::client {
+
+inline constexpr int kMaxDevices = 16;
+
+enum class HandleMagic : uint32_t {
+  kStream = 0x7a11a501,
+  kEvent = 0x7a11a502,
+  kModule = 0x7a11a503,
+  kFunction = 0x7a11a504,
+  kKernel = 0x7a11a505,
+};
+
+struct StreamHandle {
+  HandleMagic magic = HandleMagic::kStream;
+  uint64_t id = 0;
+  uint32_t device = 0;
+  unsigned flags = 0;
+  int priority = 0;
+};
+
+struct EventHandle {
+  HandleMagic magic = HandleMagic::kEvent;
+  uint64_t id = 0;
+  uint32_t device = 0;
+  unsigned flags = 0;
+};
+
+struct ModuleHandle;
+
+struct FunctionHandle {
+  HandleMagic magic = HandleMagic::kFunction;
+  uint64_t id = 0;
+  ModuleHandle* module = nullptr;
+  std::string name;
+  std::vector<std::pair<uint32_t, uint32_t>> params;  // (offset, size)
+  size_t paramBytes = 0;
+  std::vector<int> attributes;                        // index = CUfunction_attribute
+};
+
+struct ModuleHandle {
+  HandleMagic magic = HandleMagic::kModule;
+  uint64_t id = 0;
+  uint32_t device = 0;
+  std::mutex mutex;
+  std::vector<FunctionHandle*> functions;  // owned; looked up by name
+};
+
+// One __cudaRegisterFatBinary: loaded lazily, per device, on first use of one of its kernels.
+struct FatbinRecord {
+  const void* wrapper = nullptr;
+  std::mutex mutex;
+  std::array<ModuleHandle*, kMaxDevices> modules{};
+};
+
+// One __cudaRegisterFunction; also what __cudaGetKernel hands out as cudaKernel_t.
+struct KernelRecord {
+  HandleMagic magic = HandleMagic::kKernel;
+  FatbinRecord* fatbin = nullptr;
+  const char* deviceName = nullptr;
+  const void* hostFunction = nullptr;
+  std::array<std::atomic<FunctionHandle*>, kMaxDevices> functions{};
+};
+
+// One __cudaRegisterVar.
+struct VariableRecord {
+  FatbinRecord* fatbin = nullptr;
+  const char* deviceName = nullptr;
+  size_t size = 0;
+  std::array<CUdeviceptr, kMaxDevices> addresses{};
+};
+
+template <typename T>
+T* checkedHandle(const void* p, HandleMagic magic) {
+  auto* h = static_cast<T*>(const_cast<void*>(p));
+  return h != nullptr && h->magic == magic ? h : nullptr;
+}
+
+}  // namespace tally::client

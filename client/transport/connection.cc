@@ -1,0 +1,228 @@
+#include "client/transport/connection.h"
+
+#include <capnp/serialize.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace tally::client {
+
+namespace {
+constexpr int kSpinIterations = 4000;  // ~20 µs: a fast reply costs no futex wake-up
+frame::FrameLimits clientLimits() {
+  frame::FrameLimits limits;
+  limits.maxMessageBytes = 64u << 20;  // the Welcome carries every device's properties
+  limits.maxBulkBytes = 256u << 20;
+  return limits;
+}
+}  // namespace
+
+ReplyMessage::ReplyMessage(kj::Array<capnp::word> words) : words_(std::move(words)) {
+  reader_ = std::make_unique<capnp::FlatArrayMessageReader>(words_);
+}
+
+wire::Reply::Reader ReplyMessage::reply() { return reader_->getRoot<wire::ServerMessage>().getReply(); }
+
+Connection::Connection(int fd, std::string endpointText)
+    : fd_(fd), endpointText_(std::move(endpointText)), reader_(fd) {}
+
+Connection::~Connection() {
+  ::shutdown(fd_, SHUT_RDWR);
+  if (receiver_.joinable()) receiver_.join();
+  ::close(fd_);
+}
+
+std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, const std::string& tenantName,
+                                             wire::PriorityClass priority, std::string& error) {
+  // tallyd may be starting: retry refused/absent sockets for a few seconds, then give up.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  int fd = -1;
+  std::string why;
+  while (fd < 0) {
+    why.clear();
+    fd = address::connectTo(endpoint, 2000, why);
+    if (fd >= 0 || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (fd < 0) {
+    error = "cannot reach tallyd at " + endpoint.toString() + ": " + why;
+    return nullptr;
+  }
+  address::tuneConnectedSocket(fd);
+  std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString()));
+  if (!c->handshake(tenantName, priority, error)) return nullptr;
+  c->receiver_ = std::thread([raw = c.get()] { raw->receive(); });
+  return c;
+}
+
+bool Connection::handshake(const std::string& tenantName, wire::PriorityClass priority, std::string& error) {
+  capnp::MallocMessageBuilder message;
+  auto hello = message.initRoot<wire::ClientMessage>().initHello();
+  hello.setProtocolVersion(wire::PROTOCOL_VERSION);
+  hello.setTenantName(tenantName);
+  hello.setPriority(priority);
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  hello.setClientHost(host);
+  hello.setClientPid(static_cast<uint32_t>(::getpid()));
+  hello.setCudaRuntimeVersion(CUDA_VERSION);
+  if (const char* token = std::getenv("TALLY_TOKEN")) {
+    hello.setAuthToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(token), std::strlen(token)));
+  }
+  if (CUresult r = send(message); r != CUDA_SUCCESS) {
+    error = "cannot send the handshake to tallyd at " + endpointText_;
+    return false;
+  }
+  frame::IncomingFrame frame;
+  frame::IoStatus status = frame.readMessage(reader_, clientLimits());
+  if (!status.ok) {
+    error = "tallyd at " + endpointText_ + " closed the handshake: " + status.error;
+    return false;
+  }
+  welcomeWords_ = kj::heapArray<capnp::word>(frame.words());
+  welcome_ = std::make_unique<capnp::FlatArrayMessageReader>(welcomeWords_);
+  auto root = welcome_->getRoot<wire::ServerMessage>();
+  if (!root.isWelcome()) {
+    error = "tallyd at " + endpointText_ + " answered the handshake with something else";
+    return false;
+  }
+  auto welcome = root.getWelcome();
+  if (!welcome.getAccepted()) {
+    error = "tallyd at " + endpointText_ + " refused the connection: " + std::string(welcome.getError().cStr());
+    return false;
+  }
+  return true;
+}
+
+const wire::Welcome::Reader Connection::welcome() { return welcome_->getRoot<wire::ServerMessage>().getWelcome(); }
+
+CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec> bulk, int fd) {
+  if (broken_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  auto words = capnp::messageToFlatArray(message);
+  std::lock_guard lock(sendMutex_);
+  frame::IoStatus status = frame::writeFrame(fd_, words, bulk, fd);
+  if (!status.ok) {
+    fail(status.error);
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Connection::roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply,
+                               std::span<const iovec> bulk, int fd) {
+  Pending pending;
+  {
+    std::lock_guard lock(pendingMutex_);
+    pending_[id] = &pending;
+  }
+  CUresult sent = send(message, bulk, fd);
+  if (sent == CUDA_SUCCESS) {
+    for (int i = 0; i < kSpinIterations && pending.state.load(std::memory_order_acquire) == 0; ++i) {
+      __builtin_ia32_pause();
+    }
+    pending.state.wait(0, std::memory_order_acquire);
+  }
+  {
+    std::lock_guard lock(pendingMutex_);
+    pending_.erase(id);
+  }
+  if (sent != CUDA_SUCCESS || pending.state.load() != 1) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  reply = ReplyMessage(std::move(pending.words));
+  return CUDA_SUCCESS;
+}
+
+uint64_t Connection::expectHostData(void* dst, size_t size) {
+  uint64_t token = nextToken_++;
+  std::lock_guard lock(hostDataMutex_);
+  hostData_[token] = HostDestination{static_cast<char*>(dst), size};
+  return token;
+}
+
+void Connection::forgetHostData(uint64_t token) {
+  std::lock_guard lock(hostDataMutex_);
+  hostData_.erase(token);
+}
+
+void Connection::setHostFuncHandler(std::function<void(const HostFuncNotice&)> handler) {
+  hostFuncHandler_ = std::move(handler);
+}
+
+bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) {
+  char* dst = nullptr;
+  {
+    std::lock_guard lock(hostDataMutex_);
+    auto it = hostData_.find(data.getToken());
+    if (it != hostData_.end() && data.getOffset() <= it->second.size &&
+        bulkBytes <= it->second.size - data.getOffset()) {
+      dst = it->second.dst + data.getOffset();
+    }
+  }
+  frame::IoStatus status = dst != nullptr ? reader_.read(dst, bulkBytes) : reader_.skip(bulkBytes);
+  if (!status.ok) return false;
+  if (dst == nullptr) {
+    spdlog::error("tally: tallyd sent {} bytes for an unknown host buffer (token {})", bulkBytes, data.getToken());
+    return true;
+  }
+  {
+    std::lock_guard lock(hostDataMutex_);
+    auto it = hostData_.find(data.getToken());
+    if (it != hostData_.end()) {
+      it->second.received += bulkBytes;
+      if (it->second.received >= it->second.size) hostData_.erase(it);  // async copies have no waiter
+    }
+  }
+  return true;
+}
+
+void Connection::receive() {
+  frame::IncomingFrame frame;
+  frame::FrameLimits limits = clientLimits();
+  for (;;) {
+    frame::IoStatus status = frame.readMessage(reader_, limits);
+    if (!status.ok) return fail(status.closed ? "tallyd closed the connection" : status.error);
+    auto root = frame.message().getRoot<wire::ServerMessage>();
+    switch (root.which()) {
+      case wire::ServerMessage::REPLY: {
+        uint64_t id = root.getReply().getId();
+        std::lock_guard lock(pendingMutex_);
+        auto it = pending_.find(id);
+        if (it != pending_.end()) {
+          it->second->words = kj::heapArray<capnp::word>(frame.words());
+          it->second->state.store(1, std::memory_order_release);
+          it->second->state.notify_one();
+        }
+        break;
+      }
+      case wire::ServerMessage::HOST_DATA:
+        if (!routeHostData(root.getHostData(), frame.bulkBytes())) return fail("connection lost during a copy");
+        continue;
+      case wire::ServerMessage::HOST_FUNC_READY: {
+        auto ready = root.getHostFuncReady();
+        if (hostFuncHandler_) hostFuncHandler_({ready.getStream(), ready.getSequence(), ready.getCallback()});
+        break;
+      }
+      default:
+        break;
+    }
+    if (frame.bulkBytes() != 0 && !reader_.skip(frame.bulkBytes()).ok) return fail("connection lost");
+  }
+}
+
+void Connection::fail(const std::string& why) {
+  if (broken_.exchange(true)) return;
+  spdlog::error("tally: lost the connection to tallyd at {}: {}; CUDA calls now fail with "
+                "cudaErrorDevicesUnavailable", endpointText_, why);
+  ::shutdown(fd_, SHUT_RDWR);
+  {
+    std::lock_guard lock(pendingMutex_);
+    for (auto& [id, p] : pending_) {
+      p->state.store(2, std::memory_order_release);
+      p->state.notify_one();
+    }
+  }
+}
+
+}  // namespace tally::client

@@ -1,0 +1,103 @@
+// The client's one connection to tallyd: blocking sends from any application thread, and a
+// receiver thread that routes replies to the threads waiting for them, writes device-to-host
+// bytes into their destination buffers and hands host callbacks to the callback thread.
+#pragma once
+
+#include "common/address/address.h"
+#include "common/frame/socket_io.h"
+#include "schema/envelope.capnp.h"
+
+#include <capnp/message.h>
+#include <cuda.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+namespace tally::client {
+
+// A reply as received: owns its words.
+class ReplyMessage {
+ public:
+  ReplyMessage() = default;
+  explicit ReplyMessage(kj::Array<capnp::word> words);
+  wire::Reply::Reader reply();
+
+ private:
+  kj::Array<capnp::word> words_;
+  std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
+};
+
+struct HostFuncNotice {
+  uint64_t stream;
+  uint64_t sequence;
+  uint64_t callback;
+};
+
+class Connection {
+ public:
+  // Connects and performs the handshake. On failure `error` says why, naming the address.
+  static std::unique_ptr<Connection> open(const address::Endpoint& endpoint, const std::string& tenantName,
+                                          wire::PriorityClass priority, std::string& error);
+  ~Connection();
+
+  const wire::Welcome::Reader welcome();
+  bool broken() const { return broken_.load(); }
+  const std::string& endpointText() const { return endpointText_; }
+
+  uint64_t nextCallId() { return nextCallId_.fetch_add(1); }
+  // Sends a message; `bulk` follows it; `fd` rides along as SCM_RIGHTS.
+  CUresult send(capnp::MessageBuilder& message, std::span<const iovec> bulk = {}, int fd = -1);
+  // Sends a message whose call has id `id` and waits for its reply.
+  CUresult roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply, std::span<const iovec> bulk = {},
+                     int fd = -1);
+
+  // Device-to-host destinations: the receiver writes HostData for `token` into [dst, dst+size).
+  uint64_t expectHostData(void* dst, size_t size);
+  // Drops the destination (after the call that filled it returned).
+  void forgetHostData(uint64_t token);
+
+  void setHostFuncHandler(std::function<void(const HostFuncNotice&)> handler);
+
+ private:
+  struct Pending {
+    std::atomic<int> state{0};  // 0 waiting, 1 done, 2 failed
+    kj::Array<capnp::word> words;
+  };
+  struct HostDestination {
+    char* dst;
+    size_t size;
+    size_t received = 0;
+  };
+
+  Connection(int fd, std::string endpointText);
+  bool handshake(const std::string& tenantName, wire::PriorityClass priority, std::string& error);
+  void receive();
+  bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);
+  void fail(const std::string& why);
+
+  int fd_;
+  std::string endpointText_;
+  frame::StreamReader reader_;
+  kj::Array<capnp::word> welcomeWords_;
+  std::unique_ptr<capnp::FlatArrayMessageReader> welcome_;
+  std::mutex sendMutex_;
+  std::atomic<uint64_t> nextCallId_{1};
+  std::atomic<bool> broken_{false};
+  std::mutex pendingMutex_;
+  std::unordered_map<uint64_t, Pending*> pending_;
+  std::mutex hostDataMutex_;
+  std::unordered_map<uint64_t, HostDestination> hostData_;
+  std::atomic<uint64_t> nextToken_{1};
+  std::function<void(const HostFuncNotice&)> hostFuncHandler_;
+  std::thread receiver_;
+};
+
+}  // namespace tally::client

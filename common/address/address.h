@@ -1,0 +1,28 @@
+// "unix:/path" and "tcp://host:port" endpoint strings, and blocking socket helpers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tally::address {
+
+struct Endpoint {
+  enum class Kind { kUnix, kTcp } kind;
+  std::string path;   // kUnix
+  std::string host;   // kTcp
+  uint16_t port = 0;  // kTcp
+
+  std::string toString() const;
+};
+
+// Parses an endpoint; on failure returns nullopt and sets `error`.
+std::optional<Endpoint> parseEndpoint(const std::string& text, std::string& error);
+
+// Blocking connect with a timeout; returns the fd or -1 with `error` set.
+int connectTo(const Endpoint& endpoint, int timeoutMs, std::string& error);
+
+// Low-latency socket options for a connected stream socket (TCP_NODELAY on TCP).
+void tuneConnectedSocket(int fd);
+
+}  // namespace tally::address

@@ -1,0 +1,183 @@
+#include "common/frame/socket_io.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace tally::frame {
+
+namespace {
+constexpr size_t kMaxFdsPerRead = 8;
+}
+
+StreamReader::StreamReader(int fd, size_t bufferBytes) : fd_(fd), buffer_(bufferBytes) {}
+
+StreamReader::~StreamReader() {
+  for (int fd : fds_) ::close(fd);
+}
+
+int StreamReader::takeFd() {
+  if (fds_.empty()) return -1;
+  int fd = fds_.front();
+  fds_.pop_front();
+  return fd;
+}
+
+IoStatus StreamReader::refill() {
+  char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerRead)];
+  iovec iov{buffer_.data(), buffer_.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return IoStatus{false, true, "peer closed the connection"};
+  if (n < 0) return IoStatus::failure(fmt::format("recv failed: {}", std::strerror(errno)));
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds_.push_back(fd);
+    }
+  }
+  begin_ = 0;
+  end_ = static_cast<size_t>(n);
+  return {};
+}
+
+IoStatus StreamReader::read(void* dst, size_t size) {
+  auto* out = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < size) {
+    if (begin_ == end_) {
+      // Large remainders bypass the buffer (descriptors only accompany small frames).
+      if (size - done >= buffer_.size()) {
+        ssize_t n = ::recv(fd_, out + done, size - done, 0);
+        if (n > 0) {
+          done += static_cast<size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) return IoStatus::failure(fmt::format("peer closed mid-frame after {} of {} bytes", done, size));
+        return IoStatus::failure(fmt::format("recv failed: {}", std::strerror(errno)));
+      }
+      IoStatus status = refill();
+      if (!status.ok) {
+        if (status.closed && done > 0) return IoStatus::failure(fmt::format("peer closed mid-frame after {} of {} bytes", done, size));
+        return status;
+      }
+    }
+    size_t chunk = std::min(size - done, end_ - begin_);
+    std::memcpy(out + done, buffer_.data() + begin_, chunk);
+    begin_ += chunk;
+    done += chunk;
+  }
+  return {};
+}
+
+IoStatus StreamReader::skip(size_t size) {
+  char sink[16384];
+  while (size > 0) {
+    size_t chunk = std::min(size, sizeof(sink));
+    if (IoStatus status = read(sink, chunk); !status.ok) return status;
+    size -= chunk;
+  }
+  return {};
+}
+
+IoStatus writeAll(int fd, std::span<const iovec> parts) {
+  std::vector<iovec> pending(parts.begin(), parts.end());
+  size_t index = 0;
+  while (index < pending.size()) {
+    msghdr msg{};
+    msg.msg_iov = pending.data() + index;
+    msg.msg_iovlen = std::min<size_t>(pending.size() - index, IOV_MAX);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoStatus::failure(fmt::format("send failed: {}", std::strerror(errno)));
+    }
+    auto left = static_cast<size_t>(n);
+    while (index < pending.size() && left >= pending[index].iov_len) {
+      left -= pending[index].iov_len;
+      ++index;
+    }
+    if (left > 0) {
+      pending[index].iov_base = static_cast<char*>(pending[index].iov_base) + left;
+      pending[index].iov_len -= left;
+    }
+  }
+  return {};
+}
+
+IoStatus IncomingFrame::readMessage(StreamReader& reader, const FrameLimits& limits) {
+  reader_.reset();
+  IoStatus status = reader.read(&header_, sizeof(header_));
+  if (!status.ok) return status;
+  if (std::string why = checkHeader(header_, limits); !why.empty()) return IoStatus::failure(why);
+  size_t words = header_.messageBytes / sizeof(capnp::word);
+  if (words_.size() < words) words_ = kj::heapArray<capnp::word>(std::max<size_t>(words, 512));
+  status = reader.read(words_.begin(), header_.messageBytes);
+  if (!status.ok) return status;
+  try {
+    reader_.emplace(words_.slice(0, words), readerOptions(limits));
+  } catch (const kj::Exception& e) {
+    return IoStatus::failure(fmt::format("malformed message: {}", e.getDescription().cStr()));
+  }
+  return {};
+}
+
+void appendFrame(std::vector<char>& out, kj::ArrayPtr<const capnp::word> message, size_t bulkBytes) {
+  FrameHeader header = makeHeader(message.size() * sizeof(capnp::word), bulkBytes);
+  const char* h = reinterpret_cast<const char*>(&header);
+  out.insert(out.end(), h, h + sizeof(header));
+  const char* m = reinterpret_cast<const char*>(message.begin());
+  out.insert(out.end(), m, m + message.size() * sizeof(capnp::word));
+}
+
+IoStatus writeFrame(int fd, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
+                    int fdToSend) {
+  size_t bulkBytes = 0;
+  for (const iovec& part : bulk) bulkBytes += part.iov_len;
+  FrameHeader header = makeHeader(message.size() * sizeof(capnp::word), bulkBytes);
+  std::vector<iovec> parts;
+  parts.reserve(2 + bulk.size());
+  parts.push_back({&header, sizeof(header)});
+  parts.push_back({const_cast<capnp::word*>(message.begin()), message.size() * sizeof(capnp::word)});
+  for (const iovec& part : bulk) parts.push_back(part);
+  if (fdToSend < 0) return writeAll(fd, parts);
+
+  // The descriptor rides on the header, sent alone; the rest follows.
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec first{&header, sizeof(header)};
+  msghdr msg{};
+  msg.msg_iov = &first;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fdToSend, sizeof(int));
+  ssize_t n;
+  do {
+    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return IoStatus::failure(fmt::format("sendmsg with descriptor failed: {}", std::strerror(errno)));
+  parts[0].iov_base = reinterpret_cast<char*>(&header) + n;
+  parts[0].iov_len = sizeof(header) - static_cast<size_t>(n);
+  return writeAll(fd, parts);
+}
+
+}  // namespace tally::frame

@@ -1,0 +1,74 @@
+// Blocking framed I/O on a connected socket, shared by the client and tallyd's tenant threads.
+#pragma once
+
+#include "common/frame/frame.h"
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tally::frame {
+
+// Result of an I/O helper: ok, or the reason (errno text, "peer closed", limit violation).
+struct IoStatus {
+  bool ok = true;
+  bool closed = false;   // orderly EOF before any byte of a frame
+  std::string error;
+  static IoStatus failure(std::string why) { return IoStatus{false, false, std::move(why)}; }
+};
+
+// Buffered reads from a stream socket: many small frames cost one recvmsg, large bulk goes
+// straight to its destination. Descriptors passed with SCM_RIGHTS are queued in arrival order.
+class StreamReader {
+ public:
+  explicit StreamReader(int fd, size_t bufferBytes = 256 << 10);
+  ~StreamReader();
+
+  IoStatus read(void* dst, size_t size);
+  IoStatus skip(size_t size);
+  // The oldest received descriptor, or -1. The caller owns it.
+  int takeFd();
+  int fd() const { return fd_; }
+
+ private:
+  IoStatus refill();
+
+  int fd_;
+  std::vector<char> buffer_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+  std::deque<int> fds_;
+};
+
+IoStatus writeAll(int fd, std::span<const iovec> parts);
+
+// One received frame: the message stays readable until the next readMessage on this object;
+// its bulk bytes are still in the reader and must be consumed (read or skip) before the next.
+class IncomingFrame {
+ public:
+  IoStatus readMessage(StreamReader& reader, const FrameLimits& limits);
+  capnp::FlatArrayMessageReader& message() { return *reader_; }
+  uint32_t bulkBytes() const { return header_.bulkBytes; }
+  // The raw message words (segment table included), e.g. to keep a copy.
+  kj::ArrayPtr<const capnp::word> words() const { return words_.slice(0, header_.messageBytes / sizeof(capnp::word)); }
+
+ private:
+  FrameHeader header_{};
+  kj::Array<capnp::word> words_;
+  std::optional<capnp::FlatArrayMessageReader> reader_;
+};
+
+// Appends header + message to `out` (for coalesced writes of small frames).
+void appendFrame(std::vector<char>& out, kj::ArrayPtr<const capnp::word> message, size_t bulkBytes);
+
+// Writes header + message + bulk with one sendmsg; `fdToSend` (>= 0) rides along as
+// SCM_RIGHTS on Unix sockets.
+IoStatus writeFrame(int fd, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
+                    int fdToSend = -1);
+
+}  // namespace tally::frame

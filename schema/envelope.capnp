@@ -1,0 +1,127 @@
+@0xf63ede8991a94936;
+# The wire contract between libtally_client.so and tallyd.
+#
+# Framing (common/frame): every frame is a 12-byte header {u32 magic, u32 messageBytes,
+# u32 bulkBytes} followed by one Cap'n Proto message (flat, unpacked) and then `bulkBytes`
+# raw bytes. Bulk bytes carry memcpy payloads and module images so that neither side copies
+# them into a message: the receiver reads them straight into their destination.
+#
+# One connection is one tenant. The client speaks first with Hello; the server answers
+# Welcome (accepted or not) and from then on the client sends Calls and the server sends
+# Replies plus unsolicited notices (HostData, HostFuncReady).
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tally::wire");
+
+using Device = import "device.capnp";
+using Memory = import "memory.capnp";
+using Stream = import "stream.capnp";
+using Module = import "module.capnp";
+using Launch = import "launch.capnp";
+
+const protocolVersion :UInt32 = 1;
+
+enum PriorityClass {
+  highPriority @0;   # latency-critical (inference)
+  bestEffort @1;     # throughput (training)
+}
+
+struct Hello {
+  protocolVersion @0 :UInt32;
+  tenantName @1 :Text;
+  priority @2 :PriorityClass;
+  authToken @3 :Data;
+  clientHost @4 :Text;
+  clientPid @5 :UInt32;
+  cudaRuntimeVersion @6 :Int32;   # CUDART_VERSION the client was built against
+}
+
+struct Welcome {
+  accepted @0 :Bool;
+  error @1 :Text;                 # why not accepted
+  protocolVersion @2 :UInt32;
+  tenantId @3 :UInt64;
+  driverVersion @4 :Int32;
+  devices @5 :List(Device.DeviceInfo);
+  sharedHostMemory @6 :Bool;      # server maps client pinned memory passed as memfd (UDS only)
+}
+
+struct Call {
+  # id == 0: one-way (stream-ordered) call; its error, if any, surfaces at the tenant's next
+  # synchronizing call. id != 0: the server answers with a Reply carrying the same id.
+  id @0 :UInt64;
+  union {
+    memAlloc @1 :Memory.MemAlloc;
+    memFree @2 :Memory.MemFree;
+    memcpy @3 :Memory.Memcpy;
+    memset @4 :Memory.Memset;
+    memGetInfo @5 :Memory.MemGetInfo;
+    hostRegister @6 :Memory.HostRegister;      # memfd travels as SCM_RIGHTS ancillary data
+    hostUnregister @7 :Memory.HostUnregister;
+
+    streamCreate @8 :Stream.StreamCreate;
+    streamDestroy @9 :Stream.StreamRef;
+    streamSynchronize @10 :Stream.StreamRef;
+    streamQuery @11 :Stream.StreamRef;
+    streamWaitEvent @12 :Stream.StreamWaitEvent;
+    eventCreate @13 :Stream.EventCreate;
+    eventDestroy @14 :Stream.EventRef;
+    eventRecord @15 :Stream.EventRecord;
+    eventQuery @16 :Stream.EventRef;
+    eventSynchronize @17 :Stream.EventRef;
+    eventElapsedTime @18 :Stream.EventElapsedTime;
+    deviceSynchronize @19 :Device.DeviceRef;
+    hostFunc @20 :Stream.HostFunc;
+    hostFuncDone @21 :Stream.HostFuncDone;
+
+    moduleLoad @22 :Module.ModuleLoad;
+    moduleUnload @23 :Module.ModuleRef;
+    moduleGetFunction @24 :Module.ModuleGetFunction;
+    moduleGetGlobal @25 :Module.ModuleGetGlobal;
+    funcSetAttribute @26 :Module.FuncSetAttribute;
+    occupancy @27 :Module.Occupancy;
+
+    launchKernel @28 :Launch.LaunchKernel;
+
+    setLimit @29 :Device.Limit;
+    getLimit @30 :Device.Limit;
+  }
+}
+
+struct Reply {
+  id @0 :UInt64;
+  status @1 :Int32;               # CUresult of this call
+  deferredStatus @2 :Int32;       # first error of an earlier one-way call, reported once
+  union {
+    none @3 :Void;
+    value @4 :UInt64;             # pointer, handle, count, flag
+    memInfo @5 :Memory.MemInfo;
+    moduleLoad @6 :Module.ModuleLoadResult;
+    function @7 :Module.FunctionInfo;
+    global @8 :Module.GlobalInfo;
+    elapsedMs @9 :Float32;
+  }
+}
+
+struct HostData {
+  # Bulk bytes of a device-to-host copy, to be written at `offset` into the client buffer the
+  # client registered under `token` (never a raw client address: the client checks bounds).
+  token @0 :UInt64;
+  offset @1 :UInt64;
+}
+
+struct ClientMessage {
+  union {
+    hello @0 :Hello;
+    calls @1 :List(Call);         # executed in order
+  }
+}
+
+struct ServerMessage {
+  union {
+    welcome @0 :Welcome;
+    reply @1 :Reply;
+    hostData @2 :HostData;
+    hostFuncReady @3 :Stream.HostFuncReady;
+  }
+}

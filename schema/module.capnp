@@ -1,0 +1,67 @@
+@0x88573b6b920232b8;
+# Modules and functions. Images are identified by content hash so their bytes cross the wire
+# once per server; each tenant still gets its own module instance (its own __device__ globals).
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tally::wire");
+
+enum ImageKind {
+  cubin @0;
+  ptx @1;
+  fatbin @2;
+}
+
+struct ModuleLoad {
+  device @0 :UInt32;
+  module @1 :UInt64;              # client-chosen handle
+  hash @2 :Data;                  # 128-bit content hash of the image bytes
+  kind @3 :ImageKind;
+  imageSize @4 :UInt64;
+  hasImage @5 :Bool;              # the image bytes follow as bulk
+}
+
+struct ModuleLoadResult {
+  needImage @0 :Bool;             # server does not know this hash: resend with the image
+}
+
+struct ModuleRef {
+  module @0 :UInt64;
+}
+
+struct ModuleGetFunction {
+  module @0 :UInt64;
+  function @1 :UInt64;            # client-chosen handle
+  name @2 :Text;
+}
+
+struct ParamInfo {
+  offset @0 :UInt32;
+  size @1 :UInt32;
+}
+
+struct FunctionInfo {
+  params @0 :List(ParamInfo);
+  attributes @1 :List(Int32);     # index = CUfunction_attribute
+}
+
+struct ModuleGetGlobal {
+  module @0 :UInt64;
+  name @1 :Text;
+}
+
+struct GlobalInfo {
+  ptr @0 :UInt64;
+  size @1 :UInt64;
+}
+
+struct FuncSetAttribute {
+  function @0 :UInt64;
+  attribute @1 :Int32;            # CUfunction_attribute
+  value @2 :Int32;
+}
+
+struct Occupancy {
+  function @0 :UInt64;
+  blockSize @1 :Int32;
+  dynamicSmem @2 :UInt64;
+  flags @3 :UInt32;
+}

@@ -1,0 +1,58 @@
+@0xe41e85860ab0a084;
+# Streams and events. Handles are chosen by the client (so creation is one-way) and are
+# private to the tenant; the server maps them to its own CUstream/CUevent.
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tally::wire");
+
+struct StreamCreate {
+  device @0 :UInt32;
+  stream @1 :UInt64;
+  nonBlocking @2 :Bool;
+  priority @3 :Int32;
+}
+
+struct StreamRef {
+  stream @0 :UInt64;
+}
+
+struct StreamWaitEvent {
+  stream @0 :UInt64;
+  event @1 :UInt64;
+}
+
+struct EventCreate {
+  device @0 :UInt32;
+  event @1 :UInt64;
+  flags @2 :UInt32;               # CU_EVENT_* flags
+}
+
+struct EventRef {
+  event @0 :UInt64;
+}
+
+struct EventRecord {
+  event @0 :UInt64;
+  stream @1 :UInt64;
+}
+
+struct EventElapsedTime {
+  start @0 :UInt64;
+  end @1 :UInt64;
+}
+
+struct HostFunc {
+  # A host callback runs in the client process; later work on the stream waits for it.
+  stream @0 :UInt64;
+  callback @1 :UInt64;            # opaque to the server, echoed in HostFuncReady
+}
+
+struct HostFuncReady {
+  stream @0 :UInt64;
+  sequence @1 :UInt64;
+  callback @2 :UInt64;
+}
+
+struct HostFuncDone {
+  stream @0 :UInt64;
+  sequence @1 :UInt64;
+}

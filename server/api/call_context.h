@@ -1,0 +1,85 @@
+// What a handler of one Call sees: the tenant, the way back to the client, the bulk bytes
+// that follow the message, and the services tallyd shares between tenants. Handlers live one
+// file per API family (memory_api.cc, stream_api.cc, module_api.cc, launch_api.cc,
+// device_api.cc); this is the only place where schema types meet CUDA.
+#pragma once
+
+#include "common/frame/socket_io.h"
+#include "schema/envelope.capnp.h"
+#include "server/gpu/gpu.h"
+#include "server/gpu/module_store.h"
+#include "server/session/outbox.h"
+#include "server/session/tenant.h"
+
+#include <capnp/message.h>
+#include <cuda.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace tally::server::api {
+
+struct Services {
+  std::vector<gpu::Gpu*> gpus;
+  gpu::ModuleStore* modules = nullptr;
+  frame::FrameLimits limits;
+};
+
+// Fills the union part of a Reply.
+using ReplyFiller = std::function<void(wire::Reply::Builder)>;
+
+class CallContext {
+ public:
+  CallContext(session::Tenant& tenant, std::shared_ptr<session::Outbox> outbox, frame::StreamReader& reader,
+              uint32_t& bulkLeft, uint64_t callId, Services& services)
+      : tenant_(tenant), outbox_(std::move(outbox)), reader_(reader), bulkLeft_(bulkLeft), callId_(callId),
+        services_(services) {}
+
+  session::Tenant& tenant() { return tenant_; }
+  Services& services() { return services_; }
+  const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
+  bool oneWay() const { return callId_ == 0; }
+
+  // Answers now (a call with an id), or records `status` as the tenant's deferred error.
+  void finish(CUresult status, const ReplyFiller& fill = {});
+  // Answers later, from any thread: the returned function sends the reply. Captures the
+  // deferred error now, while the tenant is still ours to read.
+  std::function<void(CUresult, const ReplyFiller&)> replyLater();
+
+  // Bulk bytes that follow the message; false (and the peer is dropped) if too few remain.
+  bool readBulk(void* dst, size_t size);
+  int takeFd() { return reader_.takeFd(); }
+  // Set when the call proved the peer broken or hostile; the session then drops it.
+  void protocolError(std::string why) { protocolError_ = std::move(why); }
+  const std::string& protocolErrorText() const { return protocolError_; }
+
+ private:
+  session::Tenant& tenant_;
+  std::shared_ptr<session::Outbox> outbox_;
+  frame::StreamReader& reader_;
+  uint32_t& bulkLeft_;
+  uint64_t callId_;
+  Services& services_;
+  std::string protocolError_;
+};
+
+// Sends a Reply for call `id` on `outbox`.
+void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill);
+
+// Runs one call; returns false when the session must drop the peer.
+bool dispatch(CallContext& ctx, wire::Call::Reader call);
+
+// Family handlers (one file each).
+void handleMemory(CallContext& ctx, wire::Call::Reader call);
+void handleStream(CallContext& ctx, wire::Call::Reader call);
+void handleModule(CallContext& ctx, wire::Call::Reader call);
+void handleLaunch(CallContext& ctx, wire::Call::Reader call);
+void handleDevice(CallContext& ctx, wire::Call::Reader call);
+
+// Shared by the handlers: the tenant's stream for a client handle, ordered for new work.
+session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId);
+// Replies once the work queued so far on `stream` has finished.
+void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive = {});
+
+}  // namespace tally::server::api

@@ -1,0 +1,94 @@
+#include "server/api/call_context.h"
+
+#include <spdlog/spdlog.h>
+
+namespace tally::server::api {
+
+void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill) {
+  capnp::MallocMessageBuilder message(256);
+  auto reply = message.initRoot<wire::ServerMessage>().initReply();
+  reply.setId(id);
+  reply.setStatus(status);
+  reply.setDeferredStatus(deferred);
+  if (fill) {
+    fill(reply);
+  } else {
+    reply.setNone();
+  }
+  outbox.send(message);
+}
+
+void CallContext::finish(CUresult status, const ReplyFiller& fill) {
+  if (oneWay()) {
+    if (status != CUDA_SUCCESS) tenant_.deferError(status);
+    return;
+  }
+  sendReply(*outbox_, callId_, status, tenant_.takeDeferredError(), fill);
+}
+
+std::function<void(CUresult, const ReplyFiller&)> CallContext::replyLater() {
+  if (oneWay()) return [](CUresult, const ReplyFiller&) {};
+  return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError()](CUresult status, const ReplyFiller& fill) {
+    sendReply(*outbox, id, status, deferred, fill);
+  };
+}
+
+bool CallContext::readBulk(void* dst, size_t size) {
+  if (size > bulkLeft_) {
+    protocolError_ = "call needs " + std::to_string(size) + " bulk bytes but the frame has " + std::to_string(bulkLeft_);
+    return false;
+  }
+  frame::IoStatus status = reader_.read(dst, size);
+  if (!status.ok) {
+    protocolError_ = status.error;
+    return false;
+  }
+  bulkLeft_ -= static_cast<uint32_t>(size);
+  return true;
+}
+
+session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
+  session::StreamState* s = ctx.tenant().stream(streamId);
+  if (s != nullptr) ctx.tenant().orderBefore(*s);
+  return s;
+}
+
+void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive) {
+  if (ctx.oneWay() && !keepalive) return;
+  auto reply = ctx.replyLater();
+  CUresult r = g.completions().watchStream(stream, [reply, keepalive](CUresult status) { reply(status, {}); });
+  if (r != CUDA_SUCCESS) ctx.finish(r);
+}
+
+bool dispatch(CallContext& ctx, wire::Call::Reader call) {
+  using W = wire::Call;
+  switch (call.which()) {
+    case W::MEM_ALLOC: case W::MEM_FREE: case W::MEMCPY: case W::MEMSET: case W::MEM_GET_INFO:
+    case W::HOST_REGISTER: case W::HOST_UNREGISTER:
+      handleMemory(ctx, call);
+      break;
+    case W::STREAM_CREATE: case W::STREAM_DESTROY: case W::STREAM_SYNCHRONIZE: case W::STREAM_QUERY:
+    case W::STREAM_WAIT_EVENT: case W::EVENT_CREATE: case W::EVENT_DESTROY: case W::EVENT_RECORD:
+    case W::EVENT_QUERY: case W::EVENT_SYNCHRONIZE: case W::EVENT_ELAPSED_TIME: case W::HOST_FUNC:
+    case W::HOST_FUNC_DONE:
+      handleStream(ctx, call);
+      break;
+    case W::MODULE_LOAD: case W::MODULE_UNLOAD: case W::MODULE_GET_FUNCTION: case W::MODULE_GET_GLOBAL:
+    case W::FUNC_SET_ATTRIBUTE: case W::OCCUPANCY:
+      handleModule(ctx, call);
+      break;
+    case W::LAUNCH_KERNEL:
+      handleLaunch(ctx, call);
+      break;
+    case W::DEVICE_SYNCHRONIZE: case W::SET_LIMIT: case W::GET_LIMIT:
+      handleDevice(ctx, call);
+      break;
+    default:
+      // A newer client may know calls we do not: refuse the call, keep the peer.
+      ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
+      break;
+  }
+  return ctx.protocolErrorText().empty();
+}
+
+}  // namespace tally::server::api

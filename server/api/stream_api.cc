@@ -1,0 +1,140 @@
+// Streams, events, syncs and host callbacks. Nothing here blocks the session thread on the
+// GPU: every wait becomes an event watched by the device's completion queue.
+#include "server/api/call_context.h"
+
+#include <atomic>
+
+namespace tally::server::api {
+
+namespace {
+
+void synchronizeStream(CallContext& ctx, uint64_t id) {
+  session::StreamState* s = ctx.tenant().stream(id);
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  s->gpu->makeCurrent();
+  replyWhenDone(ctx, *s->gpu, s->stream);
+}
+
+void queryStream(CallContext& ctx, uint64_t id) {
+  session::StreamState* s = ctx.tenant().stream(id);
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  s->gpu->makeCurrent();
+  ctx.finish(cuStreamQuery(s->stream));
+}
+
+void waitEvent(CallContext& ctx, wire::StreamWaitEvent::Reader args) {
+  session::EventState* e = ctx.tenant().event(args.getEvent());
+  if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  session::StreamState* s = streamForWork(ctx, args.getStream());
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  ctx.finish(cuStreamWaitEvent(s->stream, e->event, 0));
+}
+
+void recordEvent(CallContext& ctx, wire::EventRecord::Reader args) {
+  session::EventState* e = ctx.tenant().event(args.getEvent());
+  if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  session::StreamState* s = streamForWork(ctx, args.getStream());
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  if (s->gpu != e->gpu) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  ctx.finish(cuEventRecord(e->event, s->stream));
+}
+
+void queryEvent(CallContext& ctx, uint64_t id) {
+  session::EventState* e = ctx.tenant().event(id);
+  if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  e->gpu->makeCurrent();
+  ctx.finish(cuEventQuery(e->event));
+}
+
+// Waits on the event's most recent record as of now, even if it is recorded again later.
+void synchronizeEvent(CallContext& ctx, uint64_t id) {
+  session::EventState* e = ctx.tenant().event(id);
+  if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  e->gpu->makeCurrent();
+  CUstream waiter = ctx.tenant().syncStream(e->gpu);
+  if (CUresult r = cuStreamWaitEvent(waiter, e->event, 0); r != CUDA_SUCCESS) return ctx.finish(r);
+  replyWhenDone(ctx, *e->gpu, waiter);
+}
+
+void elapsedTime(CallContext& ctx, wire::EventElapsedTime::Reader args) {
+  session::EventState* start = ctx.tenant().event(args.getStart());
+  session::EventState* end = ctx.tenant().event(args.getEnd());
+  if (start == nullptr || end == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  start->gpu->makeCurrent();
+  float ms = 0;
+  CUresult r = cuEventElapsedTime(&ms, start->event, end->event);
+  ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setElapsedMs(ms); });
+}
+
+CUresult ensureHostFlag(session::StreamState& s) {
+  if (s.hostFlag != nullptr) return CUDA_SUCCESS;
+  void* flag = nullptr;
+  if (CUresult r = cuMemHostAlloc(&flag, sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  s.hostFlag = static_cast<uint32_t*>(flag);
+  *s.hostFlag = 0;
+  return cuMemHostGetDevicePointer(&s.hostFlagDevice, flag, 0);
+}
+
+// The stream reaches the callback: tell the client (which runs it) and hold the stream until
+// the client says it is done, with a stream memory wait on a pinned flag.
+void hostFunc(CallContext& ctx, wire::HostFunc::Reader args) {
+  session::StreamState* s = streamForWork(ctx, args.getStream());
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  if (CUresult r = ensureHostFlag(*s); r != CUDA_SUCCESS) return ctx.finish(r);
+  uint32_t sequence = ++s->hostFuncIssued;
+  uint64_t streamId = s->id;
+  uint64_t callback = args.getCallback();
+  CUresult r = s->gpu->completions().watchStream(s->stream, [outbox = ctx.outbox(), streamId, sequence, callback](CUresult) {
+    capnp::MallocMessageBuilder message(64);
+    auto ready = message.initRoot<wire::ServerMessage>().initHostFuncReady();
+    ready.setStream(streamId);
+    ready.setSequence(sequence);
+    ready.setCallback(callback);
+    outbox->send(message);
+  });
+  if (r == CUDA_SUCCESS) r = cuStreamWaitValue32(s->stream, s->hostFlagDevice, sequence, CU_STREAM_WAIT_VALUE_GEQ);
+  ctx.finish(r);
+}
+
+void hostFuncDone(CallContext& ctx, wire::HostFuncDone::Reader args) {
+  session::StreamState* s = ctx.tenant().stream(args.getStream());
+  if (s == nullptr || s->hostFlag == nullptr || args.getSequence() > s->hostFuncIssued) {
+    return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  }
+  auto sequence = static_cast<uint32_t>(args.getSequence());
+  if (__atomic_load_n(s->hostFlag, __ATOMIC_ACQUIRE) < sequence) __atomic_store_n(s->hostFlag, sequence, __ATOMIC_RELEASE);
+  ctx.finish(CUDA_SUCCESS);
+}
+
+}  // namespace
+
+void handleStream(CallContext& ctx, wire::Call::Reader call) {
+  session::Tenant& t = ctx.tenant();
+  switch (call.which()) {
+    case wire::Call::STREAM_CREATE: {
+      auto a = call.getStreamCreate();
+      return ctx.finish(t.createStream(a.getDevice(), a.getStream(), a.getNonBlocking(), a.getPriority()));
+    }
+    case wire::Call::STREAM_DESTROY: return ctx.finish(t.destroyStream(call.getStreamDestroy().getStream()));
+    case wire::Call::STREAM_SYNCHRONIZE: return synchronizeStream(ctx, call.getStreamSynchronize().getStream());
+    case wire::Call::STREAM_QUERY: return queryStream(ctx, call.getStreamQuery().getStream());
+    case wire::Call::STREAM_WAIT_EVENT: return waitEvent(ctx, call.getStreamWaitEvent());
+    case wire::Call::EVENT_CREATE: {
+      auto a = call.getEventCreate();
+      return ctx.finish(t.createEvent(a.getDevice(), a.getEvent(), a.getFlags()));
+    }
+    case wire::Call::EVENT_DESTROY: return ctx.finish(t.destroyEvent(call.getEventDestroy().getEvent()));
+    case wire::Call::EVENT_RECORD: return recordEvent(ctx, call.getEventRecord());
+    case wire::Call::EVENT_QUERY: return queryEvent(ctx, call.getEventQuery().getEvent());
+    case wire::Call::EVENT_SYNCHRONIZE: return synchronizeEvent(ctx, call.getEventSynchronize().getEvent());
+    case wire::Call::EVENT_ELAPSED_TIME: return elapsedTime(ctx, call.getEventElapsedTime());
+    case wire::Call::HOST_FUNC: return hostFunc(ctx, call.getHostFunc());
+    case wire::Call::HOST_FUNC_DONE: return hostFuncDone(ctx, call.getHostFuncDone());
+    default: return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
+  }
+}
+
+}  // namespace tally::server::api

@@ -1,0 +1,53 @@
+// Tells tallyd when stream work has finished, without ever blocking a tenant's thread on the
+// GPU: syncs, device-to-host data and host callbacks are all answered from here.
+//
+// One thread per device polls CUDA events. Events are queried newest first and their
+// callbacks run oldest first, so a callback never runs before one it depends on (if a newer
+// event is complete, every older event it waited for was complete before it was queried).
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tally::server::gpu {
+
+class CompletionQueue {
+ public:
+  using Callback = std::function<void(CUresult)>;
+
+  explicit CompletionQueue(CUcontext context);
+  ~CompletionQueue();
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+  // Records an event on `stream` (the caller's context must be current) and runs `done` on the
+  // completion thread once the stream reaches it. Returns the record error, if any, in which
+  // case `done` is not called.
+  CUresult watchStream(CUstream stream, Callback done);
+
+ private:
+  struct Watch {
+    CUevent event;
+    Callback done;
+  };
+
+  void run();
+  CUevent takeEvent();
+  void pollOnce(std::vector<Watch>& pending);
+
+  CUcontext context_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Watch> incoming_;
+  std::vector<CUevent> spareEvents_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tally::server::gpu

@@ -1,0 +1,109 @@
+#include "server/gpu/gpu.h"
+
+#include "server/gpu/cuda_check.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace tally::server::gpu {
+
+std::string describe(CUresult result) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  cuGetErrorName(result, &name);
+  cuGetErrorString(result, &text);
+  return fmt::format("{} ({})", name != nullptr ? name : "unknown CUresult", text != nullptr ? text : "?");
+}
+
+namespace {
+
+DeviceDescription describeDevice(int ordinal, CUdevice device) {
+  DeviceDescription d;
+  d.ordinal = ordinal;
+  char name[256] = {};
+  cuDeviceGetName(name, sizeof(name), device);
+  d.name = name;
+  cuDeviceGetAttribute(&d.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  cuDeviceGetAttribute(&d.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  cuDeviceTotalMem(&d.totalMem, device);
+  d.attributes.assign(CU_DEVICE_ATTRIBUTE_MAX, 0);
+  for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) {
+    if (cuDeviceGetAttribute(&d.attributes[a], static_cast<CUdevice_attribute>(a), device) != CUDA_SUCCESS) {
+      d.attributes[a] = 0;
+    }
+  }
+  // The runtime's struct is what clients hand back to applications; fill it with the
+  // server's own (statically linked) runtime so every field is exact.
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, ordinal) == cudaSuccess) {
+    d.properties.assign(reinterpret_cast<const char*>(&prop), sizeof(prop));
+  }
+  CUuuid uuid{};
+  cuDeviceGetUuid(&uuid, device);
+  d.uuid.assign(uuid.bytes, sizeof(uuid.bytes));
+  return d;
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<Gpu>> Gpu::openAll(std::string& error) {
+  std::vector<std::unique_ptr<Gpu>> gpus;
+  if (CUresult r = cuInit(0); r != CUDA_SUCCESS) {
+    error = fmt::format("cuInit failed: {}", describe(r));
+    return gpus;
+  }
+  int count = 0;
+  if (CUresult r = cuDeviceGetCount(&count); r != CUDA_SUCCESS || count == 0) {
+    error = r != CUDA_SUCCESS ? fmt::format("cuDeviceGetCount failed: {}", describe(r)) : "the driver reports 0 devices";
+    return gpus;
+  }
+  for (int i = 0; i < count; ++i) {
+    CUdevice device;
+    CUcontext context;
+    if (CUresult r = cuDeviceGet(&device, i); r != CUDA_SUCCESS) {
+      error = fmt::format("cuDeviceGet({}) failed: {}", i, describe(r));
+      continue;
+    }
+    if (CUresult r = cuDevicePrimaryCtxRetain(&context, device); r != CUDA_SUCCESS) {
+      error = fmt::format("cuDevicePrimaryCtxRetain({}) failed: {}", i, describe(r));
+      continue;
+    }
+    cuCtxSetCurrent(context);
+    gpus.emplace_back(new Gpu(device, context, describeDevice(i, device)));
+  }
+  return gpus;
+}
+
+Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
+    : device_(device), context_(context), description_(std::move(description)) {
+  completions_ = std::make_unique<CompletionQueue>(context_);
+  staging_ = std::make_unique<StagingPool>(context_);
+  spdlog::info("GPU {}: {} (sm_{}{}), {} MiB, {} SMs", description_.ordinal, description_.name,
+               description_.major, description_.minor, description_.totalMem >> 20,
+               description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
+}
+
+Gpu::~Gpu() {
+  completions_.reset();
+  staging_.reset();
+  cuDevicePrimaryCtxRelease(device_);
+}
+
+void Gpu::makeCurrent() const { cuCtxSetCurrent(context_); }
+
+CUresult Gpu::raiseLimit(CUlimit limit, size_t value) {
+  std::lock_guard lock(limitMutex_);
+  makeCurrent();
+  size_t current = 0;
+  if (CUresult r = cuCtxGetLimit(&current, limit); r != CUDA_SUCCESS) return r;
+  if (value <= current) return CUDA_SUCCESS;
+  return cuCtxSetLimit(limit, value);
+}
+
+CUresult Gpu::getLimit(CUlimit limit, size_t& value) const {
+  makeCurrent();
+  return cuCtxGetLimit(&value, limit);
+}
+
+}  // namespace tally::server::gpu

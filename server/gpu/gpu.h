@@ -1,0 +1,64 @@
+// One GPU as tallyd sees it: its primary context (shared by every tenant), what it tells
+// clients about itself, and the per-device services (completion watching, pinned staging).
+#pragma once
+
+#include "server/gpu/completion_queue.h"
+#include "server/gpu/staging_pool.h"
+
+#include <cuda.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tally::server::gpu {
+
+struct DeviceDescription {
+  int ordinal = 0;
+  std::string name;
+  int major = 0;
+  int minor = 0;
+  size_t totalMem = 0;
+  std::string properties;          // raw cudaDeviceProp bytes
+  std::vector<int> attributes;     // index = CUdevice_attribute
+  int streamPriorityLeast = 0;
+  int streamPriorityGreatest = 0;
+  std::string uuid;
+};
+
+class Gpu {
+ public:
+  // Initializes the driver and retains the primary context of every visible device.
+  // An empty vector with `error` set means no usable GPU (no driver, no device).
+  static std::vector<std::unique_ptr<Gpu>> openAll(std::string& error);
+
+  ~Gpu();
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+
+  // Makes this device's primary context current on the calling thread.
+  void makeCurrent() const;
+
+  int ordinal() const { return description_.ordinal; }
+  CUcontext context() const { return context_; }
+  const DeviceDescription& description() const { return description_; }
+  CompletionQueue& completions() { return *completions_; }
+  StagingPool& staging() { return *staging_; }
+
+  // Context-wide limits: only raised, never lowered, so no tenant can shrink another's.
+  CUresult raiseLimit(CUlimit limit, size_t value);
+  CUresult getLimit(CUlimit limit, size_t& value) const;
+
+ private:
+  Gpu(CUdevice device, CUcontext context, DeviceDescription description);
+
+  CUdevice device_;
+  CUcontext context_;
+  DeviceDescription description_;
+  std::unique_ptr<CompletionQueue> completions_;
+  std::unique_ptr<StagingPool> staging_;
+  std::mutex limitMutex_;
+};
+
+}  // namespace tally::server::gpu

@@ -1,0 +1,113 @@
+// tallyd: builds every module explicitly (no registries) and runs the listener's loop.
+#include "common/log/log.h"
+#include "server/api/call_context.h"
+#include "server/gpu/gpu.h"
+#include "server/gpu/module_store.h"
+#include "server/main/config.h"
+#include "server/session/session.h"
+#include "server/transport/listener.h"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+namespace tally::server {
+namespace {
+
+// Owns the live sessions: starts one per connection, stops them all on shutdown.
+class SessionRegistry final : public transport::ConnectionSink {
+ public:
+  explicit SessionRegistry(api::Services& services) : services_(services) {}
+
+  // tally::server::transport::ConnectionSink
+  void onConnection(int fd, std::string peer) override {
+    uint64_t id = nextTenantId_++;
+    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer)}, services_, id);
+    {
+      std::lock_guard lock(mutex_);
+      sessions_.emplace(id, s);
+    }
+    s->start([this](session::Session& ended) {
+      std::lock_guard lock(mutex_);
+      sessions_.erase(ended.tenantId());
+    });
+  }
+
+  void onStop() override {
+    std::map<uint64_t, std::shared_ptr<session::Session>> live;
+    {
+      std::lock_guard lock(mutex_);
+      live = sessions_;
+    }
+    for (auto& [id, s] : live) s->stop();
+    for (auto& [id, s] : live) s->join();
+  }
+
+ private:
+  api::Services& services_;
+  std::atomic<uint64_t> nextTenantId_{1};
+  std::mutex mutex_;
+  std::map<uint64_t, std::shared_ptr<session::Session>> sessions_;
+};
+
+int run(int argc, char** argv) {
+  CLI::App app{"tallyd: shares GPUs between CUDA applications that run with libtally_client.so"};
+  std::string configPath;
+  std::vector<std::string> listen;
+  std::string logLevel;
+  app.add_option("--config", configPath, "TOML configuration file");
+  app.add_option("--listen", listen, "unix:/path or tcp://host:port (repeatable; overrides the file)");
+  app.add_option("--log-level", logLevel, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  Config config;
+  std::string error;
+  if (!configPath.empty() && !loadConfigFile(configPath, config, error)) {
+    std::fprintf(stderr, "tallyd: %s\n", error.c_str());
+    return 2;
+  }
+  if (!listen.empty()) config.listen = listen;
+  if (!logLevel.empty()) config.logLevel = logLevel;
+  log::setup("tallyd", config.logLevel, spdlog::level::info);
+
+  transport::ListenOptions listenOptions;
+  listenOptions.unixSocketMode = config.unixSocketMode;
+  for (const std::string& text : config.listen) {
+    auto endpoint = address::parseEndpoint(text, error);
+    if (!endpoint) {
+      spdlog::error("{}", error);
+      return 2;
+    }
+    listenOptions.endpoints.push_back(*endpoint);
+  }
+
+  std::vector<std::unique_ptr<gpu::Gpu>> gpus = gpu::Gpu::openAll(error);
+  if (gpus.empty()) {
+    spdlog::error("no GPU is visible to tallyd: {}. Clients will be refused until tallyd restarts on a GPU host.", error);
+  }
+  gpu::ModuleStore modules(config.moduleCacheBytes);
+  api::Services services;
+  for (auto& g : gpus) services.gpus.push_back(g.get());
+  services.modules = &modules;
+  services.limits.maxMessageBytes = config.maxMessageBytes;
+  services.limits.maxBulkBytes = config.maxBulkBytes;
+
+  SessionRegistry registry(services);
+  transport::Listener listener(listenOptions, registry);
+  if (!listener.bind(error)) {
+    spdlog::error("{}", error);
+    return 1;
+  }
+  spdlog::info("tallyd ready ({} GPU{})", gpus.size(), gpus.size() == 1 ? "" : "s");
+  listener.run();
+  spdlog::info("tallyd stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tally::server
+
+int main(int argc, char** argv) { return tally::server::run(argc, argv); }

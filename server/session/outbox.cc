@@ -1,0 +1,71 @@
+#include "server/session/outbox.h"
+
+#include "common/frame/socket_io.h"
+
+#include <capnp/serialize.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+namespace tally::server::session {
+
+namespace {
+constexpr size_t kInlineLimit = 64 << 10;
+}
+
+Outbox::Outbox(int fd) : fd_(fd) { writer_ = std::thread([this] { run(); }); }
+
+Outbox::~Outbox() {
+  close();
+  writer_.join();
+}
+
+void Outbox::close() {
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Outbox::write(Item& item) {
+  if (failed_) return;
+  frame::IoStatus status = frame::writeFrame(fd_, item.message, item.bulk);
+  if (!status.ok) {
+    failed_ = true;
+    spdlog::debug("outbox: {}", status.error);
+    ::shutdown(fd_, SHUT_RDWR);  // wakes the session thread, which then cleans up
+  }
+}
+
+void Outbox::send(capnp::MessageBuilder& message, std::vector<iovec> bulk, std::shared_ptr<void> keepalive) {
+  Item item{capnp::messageToFlatArray(message), std::move(bulk), std::move(keepalive)};
+  size_t bulkBytes = 0;
+  for (const iovec& part : item.bulk) bulkBytes += part.iov_len;
+  std::unique_lock lock(mutex_);
+  if (closing_) return;
+  if (queue_.empty() && !writerBusy_ && bulkBytes <= kInlineLimit) {
+    write(item);  // under the lock: keeps frames in order
+    return;
+  }
+  queue_.push_back(std::move(item));
+  lock.unlock();
+  wake_.notify_one();
+}
+
+void Outbox::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+    if (queue_.empty() && closing_) return;
+    Item item = std::move(queue_.front());
+    queue_.pop_front();
+    writerBusy_ = true;
+    lock.unlock();
+    write(item);
+    item = Item{};
+    lock.lock();
+    writerBusy_ = false;
+  }
+}
+
+}  // namespace tally::server::session

@@ -1,0 +1,55 @@
+// The sending side of one tenant connection. Any thread may send (the session thread for
+// immediate replies, the device's completion thread for deferred ones). Small frames are
+// written inline when nothing is queued; bulk and anything behind a queue go through the
+// outbox's writer thread, so a slow client never stalls the completion thread of a GPU.
+#pragma once
+
+#include <capnp/message.h>
+#include <kj/array.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tally::server::session {
+
+class Outbox {
+ public:
+  explicit Outbox(int fd);
+  ~Outbox();
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+
+  // Sends `message` followed by `bulk` (kept alive by `keepalive` until written).
+  void send(capnp::MessageBuilder& message, std::vector<iovec> bulk = {}, std::shared_ptr<void> keepalive = {});
+  // Stops the writer; later sends are dropped.
+  void close();
+  bool failed() const { return failed_.load(); }
+
+ private:
+  struct Item {
+    kj::Array<capnp::word> message;
+    std::vector<iovec> bulk;
+    std::shared_ptr<void> keepalive;
+  };
+
+  void write(Item& item);
+  void run();
+
+  int fd_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Item> queue_;
+  bool writerBusy_ = false;
+  bool closing_ = false;
+  std::atomic<bool> failed_{false};
+  std::thread writer_;
+};
+
+}  // namespace tally::server::session

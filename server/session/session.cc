@@ -1,0 +1,164 @@
+#include "server/session/session.h"
+
+#include "schema/envelope.capnp.h"
+
+#include <capnp/message.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace tally::server::session {
+
+Session::Session(int fd, PeerInfo peer, api::Services& services, uint64_t tenantId)
+    : fd_(fd), peer_(std::move(peer)), services_(services), tenantId_(tenantId) {
+  outbox_ = std::make_shared<Outbox>(fd_);
+}
+
+Session::~Session() {
+  // The last reference may be the session thread's own: it cannot join itself.
+  if (thread_.joinable() && thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();
+  } else {
+    join();
+  }
+  ::close(fd_);
+}
+
+void Session::start(std::function<void(Session&)> onExit) {
+  onExit_ = std::move(onExit);
+  thread_ = std::thread([self = shared_from_this()] { self->run(); });
+}
+
+void Session::stop() { ::shutdown(fd_, SHUT_RDWR); }
+
+void Session::join() {
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void Session::refuse(const std::string& why) {
+  spdlog::warn("refused {}: {}", peer_.description, why);
+  capnp::MallocMessageBuilder message;
+  auto welcome = message.initRoot<wire::ServerMessage>().initWelcome();
+  welcome.setAccepted(false);
+  welcome.setError(why);
+  welcome.setProtocolVersion(wire::PROTOCOL_VERSION);
+  outbox_->send(message);
+}
+
+namespace {
+
+void describeDevices(wire::Welcome::Builder welcome, const std::vector<gpu::Gpu*>& gpus) {
+  auto devices = welcome.initDevices(static_cast<unsigned>(gpus.size()));
+  for (unsigned i = 0; i < gpus.size(); ++i) {
+    const gpu::DeviceDescription& d = gpus[i]->description();
+    auto out = devices[i];
+    out.setOrdinal(i);
+    out.setName(d.name);
+    out.setMajor(d.major);
+    out.setMinor(d.minor);
+    out.setTotalMem(d.totalMem);
+    out.setProperties(kj::arrayPtr(reinterpret_cast<const kj::byte*>(d.properties.data()), d.properties.size()));
+    auto attributes = out.initAttributes(static_cast<unsigned>(d.attributes.size()));
+    for (unsigned a = 0; a < d.attributes.size(); ++a) attributes.set(a, d.attributes[a]);
+    out.setStreamPriorityLeast(d.streamPriorityLeast);
+    out.setStreamPriorityGreatest(d.streamPriorityGreatest);
+    out.setUuid(kj::arrayPtr(reinterpret_cast<const kj::byte*>(d.uuid.data()), d.uuid.size()));
+  }
+}
+
+}  // namespace
+
+bool Session::handshake(frame::StreamReader& reader) {
+  frame::IncomingFrame frame;
+  frame::IoStatus status = frame.readMessage(reader, services_.limits);
+  if (!status.ok) {
+    spdlog::warn("handshake with {} failed: {}", peer_.description, status.error);
+    return false;
+  }
+  auto message = frame.message().getRoot<wire::ClientMessage>();
+  if (!message.isHello() || frame.bulkBytes() != 0) {
+    refuse("the first message must be Hello");
+    return false;
+  }
+  auto hello = message.getHello();
+  if (hello.getProtocolVersion() != wire::PROTOCOL_VERSION) {
+    refuse(fmt::format("client speaks Tally protocol {}, this tallyd speaks {}: upgrade the older side",
+                       hello.getProtocolVersion(), wire::PROTOCOL_VERSION));
+    return false;
+  }
+  if (services_.gpus.empty()) {
+    refuse("no GPU is visible to tallyd");
+    return false;
+  }
+  PriorityClass priority = hello.getPriority() == wire::PriorityClass::HIGH_PRIORITY ? PriorityClass::kHigh
+                                                                                   : PriorityClass::kBestEffort;
+  std::string name = hello.getTenantName();
+  if (name.empty()) name = fmt::format("pid{}", hello.getClientPid());
+  tenant_ = std::make_unique<Tenant>(tenantId_, name, priority, services_.gpus);
+  spdlog::info("tenant {} ({}) connected from {} (host {}, pid {}), {}", tenantId_, name, peer_.description,
+               hello.getClientHost().cStr(), hello.getClientPid(),
+               priority == PriorityClass::kHigh ? "high priority" : "best effort");
+
+  capnp::MallocMessageBuilder reply;
+  auto welcome = reply.initRoot<wire::ServerMessage>().initWelcome();
+  welcome.setAccepted(true);
+  welcome.setProtocolVersion(wire::PROTOCOL_VERSION);
+  welcome.setTenantId(tenantId_);
+  int driverVersion = 0;
+  cuDriverGetVersion(&driverVersion);
+  welcome.setDriverVersion(driverVersion);
+  welcome.setSharedHostMemory(peer_.description.rfind("unix", 0) == 0);
+  describeDevices(welcome, services_.gpus);
+  outbox_->send(reply);
+  return true;
+}
+
+bool Session::serve(frame::StreamReader& reader) {
+  frame::IncomingFrame frame;
+  for (;;) {
+    frame::IoStatus status = frame.readMessage(reader, services_.limits);
+    if (!status.ok) {
+      if (status.closed) {
+        spdlog::info("tenant {} ({}) disconnected", tenantId_, tenant_->name());
+      } else {
+        spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), status.error);
+      }
+      return false;
+    }
+    uint32_t bulkLeft = frame.bulkBytes();
+    try {
+      auto message = frame.message().getRoot<wire::ClientMessage>();
+      if (!message.isCalls()) {
+        spdlog::warn("tenant {} ({}) dropped: unexpected message after the handshake", tenantId_, tenant_->name());
+        return false;
+      }
+      for (auto call : message.getCalls()) {
+        api::CallContext ctx(*tenant_, outbox_, reader, bulkLeft, call.getId(), services_);
+        if (!api::dispatch(ctx, call)) {
+          spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), ctx.protocolErrorText());
+          return false;
+        }
+      }
+    } catch (const kj::Exception& e) {
+      spdlog::warn("tenant {} ({}) dropped: malformed message: {}", tenantId_, tenant_->name(), e.getDescription().cStr());
+      return false;
+    }
+    if (bulkLeft != 0) {
+      spdlog::warn("tenant {} ({}) dropped: {} bulk bytes no call asked for", tenantId_, tenant_->name(), bulkLeft);
+      return false;
+    }
+  }
+}
+
+void Session::run() {
+  frame::StreamReader reader(fd_);
+  if (handshake(reader)) {
+    serve(reader);
+  }
+  ::shutdown(fd_, SHUT_RDWR);
+  if (tenant_) tenant_->release();
+  outbox_->close();
+  if (onExit_) onExit_(*this);
+}
+
+}  // namespace tally::server::session

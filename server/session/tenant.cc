@@ -1,0 +1,323 @@
+#include "server/session/tenant.h"
+
+#include "server/gpu/cuda_check.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace tally::server::session {
+
+Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus)
+    : id_(id), name_(std::move(name)), priority_(priority), gpus_(std::move(gpus)) {}
+
+Tenant::~Tenant() { release(); }
+
+// --- streams ---------------------------------------------------------------------------
+
+CUresult Tenant::createStream(uint32_t device, uint64_t id, bool nonBlocking, int priority) {
+  gpu::Gpu* g = gpu(device);
+  if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (id < kFirstUserStream || streams_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  const auto& d = g->description();
+  priority = std::clamp(priority, d.streamPriorityGreatest, d.streamPriorityLeast);
+  auto s = std::make_unique<StreamState>();
+  s->id = id;
+  s->gpu = g;
+  s->blocking = !nonBlocking;
+  // Every server stream is non-blocking: blocking semantics are the tenant's own (orderBefore),
+  // never the shared context's legacy stream, which other tenants use too.
+  g->makeCurrent();
+  if (CUresult r = cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) return r;
+  cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
+  streams_.emplace(id, std::move(s));
+  return CUDA_SUCCESS;
+}
+
+StreamState* Tenant::createLegacyDefault(uint32_t device) {
+  gpu::Gpu* g = gpu(device);
+  if (g == nullptr) return nullptr;
+  auto s = std::make_unique<StreamState>();
+  s->id = device + 1;
+  s->gpu = g;
+  s->legacyDefault = true;
+  g->makeCurrent();
+  if (cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS) return nullptr;
+  cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
+  StreamState* raw = s.get();
+  streams_.emplace(raw->id, std::move(s));
+  return raw;
+}
+
+StreamState* Tenant::stream(uint64_t id) {
+  auto it = streams_.find(id);
+  if (it != streams_.end()) return it->second.get();
+  if (id >= 1 && id <= gpus_.size()) return createLegacyDefault(static_cast<uint32_t>(id - 1));
+  return nullptr;
+}
+
+void Tenant::joinStreams(StreamState& waiter, StreamState& waited) {
+  cuEventRecord(waited.joinEvent, waited.stream);
+  cuStreamWaitEvent(waiter.stream, waited.joinEvent, 0);
+}
+
+void Tenant::orderBefore(StreamState& s) {
+  s.gpu->makeCurrent();
+  uint64_t& epoch = defaultEpoch_[s.gpu->ordinal()];
+  if (s.legacyDefault) {
+    for (auto& [id, other] : streams_) {
+      if (other->gpu == s.gpu && other->blocking && !other->legacyDefault && other->hasUnjoinedWork) {
+        joinStreams(s, *other);
+        other->hasUnjoinedWork = false;
+      }
+    }
+    ++epoch;
+    return;
+  }
+  if (!s.blocking) return;
+  if (s.joinedDefaultEpoch != epoch) {
+    if (StreamState* legacy = stream(s.gpu->ordinal() + 1); legacy != nullptr) joinStreams(s, *legacy);
+    s.joinedDefaultEpoch = epoch;
+  }
+  s.hasUnjoinedWork = true;
+}
+
+std::vector<StreamState*> Tenant::streamsOf(gpu::Gpu* g) {
+  std::vector<StreamState*> out;
+  for (auto& [id, s] : streams_) {
+    if (s->gpu == g) out.push_back(s.get());
+  }
+  return out;
+}
+
+CUstream Tenant::syncStream(gpu::Gpu* g) {
+  auto it = syncStreams_.find(g);
+  if (it != syncStreams_.end()) return it->second;
+  CUstream s = nullptr;
+  g->makeCurrent();
+  cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, g->description().streamPriorityGreatest);
+  syncStreams_.emplace(g, s);
+  return s;
+}
+
+CUresult Tenant::destroyStream(uint64_t id) {
+  auto it = streams_.find(id);
+  if (it == streams_.end() || it->second->legacyDefault) return CUDA_ERROR_INVALID_HANDLE;
+  StreamState& s = *it->second;
+  s.gpu->makeCurrent();
+  // Like cudaStreamDestroy: pending work still completes; the handle goes away now.
+  cuStreamDestroy(s.stream);
+  cuEventDestroy(s.joinEvent);
+  if (s.hostFlag != nullptr) {
+    cuStreamSynchronize(s.stream);
+    cuMemFreeHost(s.hostFlag);
+  }
+  streams_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// --- events ----------------------------------------------------------------------------
+
+CUresult Tenant::createEvent(uint32_t device, uint64_t id, unsigned flags) {
+  gpu::Gpu* g = gpu(device);
+  if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (events_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  g->makeCurrent();
+  EventState e{g, nullptr};
+  // Interprocess events would leak the shared context to other processes.
+  flags &= ~static_cast<unsigned>(CU_EVENT_INTERPROCESS);
+  if (CUresult r = cuEventCreate(&e.event, flags); r != CUDA_SUCCESS) return r;
+  events_.emplace(id, e);
+  return CUDA_SUCCESS;
+}
+
+CUresult Tenant::destroyEvent(uint64_t id) {
+  auto it = events_.find(id);
+  if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  it->second.gpu->makeCurrent();
+  cuEventDestroy(it->second.event);
+  events_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+EventState* Tenant::event(uint64_t id) {
+  auto it = events_.find(id);
+  return it == events_.end() ? nullptr : &it->second;
+}
+
+// --- memory ----------------------------------------------------------------------------
+
+CUresult Tenant::allocate(uint32_t device, size_t size, CUdeviceptr& out) {
+  gpu::Gpu* g = gpu(device);
+  if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  g->makeCurrent();
+  if (CUresult r = cuMemAlloc(&out, size); r != CUDA_SUCCESS) return r;
+  ranges_.emplace(out, Range{size, g, true});
+  allocatedBytes_ += size;
+  return CUDA_SUCCESS;
+}
+
+CUresult Tenant::allocatePitch(uint32_t device, size_t width, size_t height, CUdeviceptr& out, size_t& pitch) {
+  gpu::Gpu* g = gpu(device);
+  if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  g->makeCurrent();
+  if (CUresult r = cuMemAllocPitch(&out, &pitch, width, height, 16); r != CUDA_SUCCESS) return r;
+  ranges_.emplace(out, Range{pitch * height, g, true});
+  allocatedBytes_ += pitch * height;
+  return CUDA_SUCCESS;
+}
+
+CUresult Tenant::free(CUdeviceptr ptr) {
+  auto it = ranges_.find(ptr);
+  if (it == ranges_.end() || !it->second.allocation) return CUDA_ERROR_INVALID_VALUE;
+  it->second.gpu->makeCurrent();
+  CUresult r = cuMemFree(ptr);
+  allocatedBytes_ -= it->second.size;
+  ranges_.erase(it);
+  return r;
+}
+
+gpu::Gpu* Tenant::ownerOf(CUdeviceptr ptr, size_t size) const {
+  auto it = ranges_.upper_bound(ptr);
+  if (it == ranges_.begin()) return nullptr;
+  --it;
+  CUdeviceptr base = it->first;
+  size_t extent = it->second.size;
+  if (ptr < base || size > extent || ptr - base > extent - size) return nullptr;
+  return it->second.gpu;
+}
+
+void Tenant::addGlobalRange(CUdeviceptr ptr, size_t size, gpu::Gpu* g) {
+  if (size > 0) ranges_.emplace(ptr, Range{size, g, false});
+}
+
+CUresult Tenant::mapHostMemory(int memfd, uint64_t clientAddress, size_t size, gpu::Gpu* g, uint64_t& deviceAddress) {
+  if (hostMappings_.count(clientAddress) != 0) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  // Same address as in the client when it is free here too: then device-mapped pinned
+  // pointers that the application passes to kernels are valid as they are.
+  void* local = ::mmap(reinterpret_cast<void*>(clientAddress), size, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_FIXED_NOREPLACE, memfd, 0);
+  if (local == MAP_FAILED) local = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (local == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  g->makeCurrent();
+  CUresult r = cuMemHostRegister(local, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  hostMappings_.emplace(clientAddress, HostMapping{local, size, r == CUDA_SUCCESS});
+  CUdeviceptr mapped = 0;
+  deviceAddress = r == CUDA_SUCCESS && cuMemHostGetDevicePointer(&mapped, local, 0) == CUDA_SUCCESS ? mapped : 0;
+  return CUDA_SUCCESS;  // unregistered mappings still work, through the driver's staging
+}
+
+CUresult Tenant::unmapHostMemory(uint64_t clientAddress) {
+  auto it = hostMappings_.find(clientAddress);
+  if (it == hostMappings_.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it->second.registered) cuMemHostUnregister(it->second.local);
+  ::munmap(it->second.local, it->second.size);
+  hostMappings_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+void* Tenant::hostAddress(uint64_t clientAddress, size_t size) const {
+  auto it = hostMappings_.upper_bound(clientAddress);
+  if (it == hostMappings_.begin()) return nullptr;
+  --it;
+  uint64_t offset = clientAddress - it->first;
+  if (offset > it->second.size || size > it->second.size - offset) return nullptr;
+  return static_cast<char*>(it->second.local) + offset;
+}
+
+// --- modules ---------------------------------------------------------------------------
+
+CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& image) {
+  gpu::Gpu* g = gpu(device);
+  if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (modules_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  g->makeCurrent();
+  CUmodule m = nullptr;
+  if (CUresult r = cuModuleLoadData(&m, image.data()); r != CUDA_SUCCESS) return r;
+  modules_.emplace(id, ModuleState{g, m});
+  return CUDA_SUCCESS;
+}
+
+CUresult Tenant::unloadModule(uint64_t id) {
+  auto it = modules_.find(id);
+  if (it == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  it->second.gpu->makeCurrent();
+  CUresult r = cuModuleUnload(it->second.module);
+  modules_.erase(it);
+  return r;
+}
+
+ModuleState* Tenant::module(uint64_t id) {
+  auto it = modules_.find(id);
+  return it == modules_.end() ? nullptr : &it->second;
+}
+
+FunctionState* Tenant::function(uint64_t id) {
+  auto it = functions_.find(id);
+  return it == functions_.end() ? nullptr : &it->second;
+}
+
+FunctionState& Tenant::addFunction(uint64_t id, FunctionState state) {
+  return functions_.insert_or_assign(id, std::move(state)).first->second;
+}
+
+// --- end of tenancy --------------------------------------------------------------------
+
+void Tenant::release() {
+  if (released_) return;
+  released_ = true;
+  // Host callbacks the client will never run must not hold streams forever.
+  for (auto& [id, s] : streams_) {
+    if (s->hostFlag != nullptr) __atomic_store_n(s->hostFlag, UINT32_MAX, __ATOMIC_RELEASE);
+  }
+  // Memory may be freed only once no kernel of this tenant can still touch it.
+  for (auto& [id, s] : streams_) {
+    s->gpu->makeCurrent();
+    if (CUresult r = cuStreamSynchronize(s->stream); r != CUDA_SUCCESS) {
+      spdlog::warn("tenant {} ({}): stream sync at release failed: {}", id_, name_, gpu::describe(r));
+    }
+  }
+  size_t freedBytes = allocatedBytes_;
+  for (auto& [ptr, range] : ranges_) {
+    if (!range.allocation) continue;
+    range.gpu->makeCurrent();
+    cuMemFree(ptr);
+  }
+  ranges_.clear();
+  allocatedBytes_ = 0;
+  for (auto& [id, s] : streams_) {
+    s->gpu->makeCurrent();
+    cuStreamDestroy(s->stream);
+    cuEventDestroy(s->joinEvent);
+    if (s->hostFlag != nullptr) cuMemFreeHost(s->hostFlag);
+  }
+  for (auto& [g, s] : syncStreams_) {
+    g->makeCurrent();
+    cuStreamSynchronize(s);
+    cuStreamDestroy(s);
+  }
+  for (auto& [id, e] : events_) {
+    e.gpu->makeCurrent();
+    cuEventDestroy(e.event);
+  }
+  for (auto& [id, m] : modules_) {
+    m.gpu->makeCurrent();
+    cuModuleUnload(m.module);
+  }
+  for (auto& [addr, mapping] : hostMappings_) {
+    if (mapping.registered) cuMemHostUnregister(mapping.local);
+    ::munmap(mapping.local, mapping.size);
+  }
+  spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} bytes of device memory",
+               id_, name_, streams_.size(), events_.size(), modules_.size(), freedBytes);
+  streams_.clear();
+  syncStreams_.clear();
+  events_.clear();
+  modules_.clear();
+  functions_.clear();
+  hostMappings_.clear();
+}
+
+}  // namespace tally::server::session

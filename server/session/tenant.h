@@ -1,0 +1,157 @@
+// Everything one tenant owns inside tallyd's shared contexts, and the per-tenant CUDA
+// semantics that a shared context does not give for free:
+//  - streams are created non-blocking on the server; the tenant's legacy default stream is
+//    emulated per tenant and synchronizes with the tenant's own blocking streams only;
+//  - device-wide syncs wait for this tenant's streams only;
+//  - an allocation table, so every address a call names is checked and freed at the end.
+// A Tenant is used by its session thread only (completion callbacks capture values, never
+// the tenant), so it needs no lock.
+#pragma once
+
+#include "server/gpu/gpu.h"
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tally::server::session {
+
+enum class PriorityClass { kHigh, kBestEffort };
+
+// Client stream handles below this are the legacy default stream of device (id - 1).
+inline constexpr uint64_t kFirstUserStream = 1u << 16;
+
+struct StreamState {
+  uint64_t id = 0;
+  gpu::Gpu* gpu = nullptr;
+  CUstream stream = nullptr;
+  bool blocking = true;             // synchronizes with the tenant's legacy default stream
+  bool legacyDefault = false;
+  bool hasUnjoinedWork = false;     // work the legacy default stream has not waited for yet
+  uint64_t joinedDefaultEpoch = 0;  // legacy-default work this stream has already waited for
+  CUevent joinEvent = nullptr;
+  // Host callbacks: the stream waits until the client reports callback `sequence` done.
+  uint32_t* hostFlag = nullptr;     // pinned, device-mapped
+  CUdeviceptr hostFlagDevice = 0;
+  uint32_t hostFuncIssued = 0;
+};
+
+struct EventState {
+  gpu::Gpu* gpu = nullptr;
+  CUevent event = nullptr;
+};
+
+struct FunctionState {
+  gpu::Gpu* gpu = nullptr;
+  CUfunction function = nullptr;
+  std::vector<std::pair<uint32_t, uint32_t>> params;  // (offset, size)
+  size_t paramBytes = 0;
+};
+
+struct ModuleState {
+  gpu::Gpu* gpu = nullptr;
+  CUmodule module = nullptr;
+};
+
+struct HostMapping {
+  void* local = nullptr;    // where tallyd mapped the client's memfd
+  size_t size = 0;
+  bool registered = false;  // cuMemHostRegister succeeded
+};
+
+class Tenant {
+ public:
+  Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus);
+  ~Tenant();
+  Tenant(const Tenant&) = delete;
+  Tenant& operator=(const Tenant&) = delete;
+
+  uint64_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+  PriorityClass priority() const { return priority_; }
+  gpu::Gpu* gpu(uint32_t device) const { return device < gpus_.size() ? gpus_[device] : nullptr; }
+
+  // --- streams and events -------------------------------------------------------------
+  CUresult createStream(uint32_t device, uint64_t id, bool nonBlocking, int priority);
+  CUresult destroyStream(uint64_t id);
+  // The stream for `id`, creating the legacy default stream on first use; nullptr if unknown.
+  StreamState* stream(uint64_t id);
+  // Call before enqueuing work on `s`: makes it wait for what legacy semantics require.
+  void orderBefore(StreamState& s);
+  std::vector<StreamState*> streamsOf(gpu::Gpu* g);
+  // A private stream of this tenant on `g` used to wait on events/streams for syncs.
+  CUstream syncStream(gpu::Gpu* g);
+
+  CUresult createEvent(uint32_t device, uint64_t id, unsigned flags);
+  CUresult destroyEvent(uint64_t id);
+  EventState* event(uint64_t id);
+
+  // --- memory -------------------------------------------------------------------------
+  CUresult allocate(uint32_t device, size_t size, CUdeviceptr& out);
+  CUresult allocatePitch(uint32_t device, size_t width, size_t height, CUdeviceptr& out, size_t& pitch);
+  CUresult free(CUdeviceptr ptr);
+  // The GPU whose memory holds [ptr, ptr+size) if the tenant owns all of it, else nullptr.
+  gpu::Gpu* ownerOf(CUdeviceptr ptr, size_t size) const;
+  size_t allocatedBytes() const { return allocatedBytes_; }
+  void addGlobalRange(CUdeviceptr ptr, size_t size, gpu::Gpu* g);
+
+  // Client memory shared through a memfd (pinned on the client side).
+  // `deviceAddress` is where kernels see it (0 if the driver could not register it).
+  CUresult mapHostMemory(int memfd, uint64_t clientAddress, size_t size, gpu::Gpu* g, uint64_t& deviceAddress);
+  CUresult unmapHostMemory(uint64_t clientAddress);
+  // Local address of [clientAddress, +size) if it lies inside one mapping, else nullptr.
+  void* hostAddress(uint64_t clientAddress, size_t size) const;
+
+  // --- modules --------------------------------------------------------------------------
+  CUresult loadModule(uint32_t device, uint64_t id, const std::string& image);
+  CUresult unloadModule(uint64_t id);
+  ModuleState* module(uint64_t id);
+  FunctionState* function(uint64_t id);
+  FunctionState& addFunction(uint64_t id, FunctionState state);
+
+  // --- errors of one-way calls ---------------------------------------------------------
+  void deferError(CUresult r) {
+    if (deferred_ == CUDA_SUCCESS) deferred_ = r;
+  }
+  CUresult takeDeferredError() {
+    CUresult r = deferred_;
+    deferred_ = CUDA_SUCCESS;
+    return r;
+  }
+
+  // Waits for the tenant's work, releases host callbacks nobody will run, frees everything.
+  void release();
+
+ private:
+  struct Range {
+    size_t size;
+    gpu::Gpu* gpu;
+    bool allocation;  // false: a module global, freed with its module
+  };
+
+  StreamState* createLegacyDefault(uint32_t device);
+  void joinStreams(StreamState& waiter, StreamState& waited);
+
+  uint64_t id_;
+  std::string name_;
+  PriorityClass priority_;
+  std::vector<gpu::Gpu*> gpus_;
+  std::unordered_map<uint64_t, std::unique_ptr<StreamState>> streams_;
+  std::unordered_map<uint64_t, uint64_t> defaultEpoch_;  // per device: work count on legacy default
+  std::unordered_map<gpu::Gpu*, CUstream> syncStreams_;
+  std::unordered_map<uint64_t, EventState> events_;
+  std::map<CUdeviceptr, Range> ranges_;
+  size_t allocatedBytes_ = 0;
+  std::map<uint64_t, HostMapping> hostMappings_;
+  std::unordered_map<uint64_t, ModuleState> modules_;
+  std::unordered_map<uint64_t, FunctionState> functions_;
+  CUresult deferred_ = CUDA_SUCCESS;
+  bool released_ = false;
+};
+
+}  // namespace tally::server::session

@@ -1,0 +1,182 @@
+#include "server/transport/listener.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace tally::server::transport {
+
+struct Listener::State {
+  ListenOptions options;
+  ConnectionSink& sink;
+  uv_loop_t loop{};
+  std::vector<std::unique_ptr<uv_stream_t, void (*)(uv_stream_t*)>> servers;
+  std::vector<std::string> unixPaths;
+  uv_signal_t sigint{};
+  uv_signal_t sigterm{};
+  uv_async_t stopAsync{};
+
+  State(ListenOptions o, ConnectionSink& s) : options(std::move(o)), sink(s) {}
+};
+
+namespace {
+
+std::string describePeer(int fd, bool isUnix) {
+  if (isUnix) {
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      return fmt::format("unix pid={} uid={} gid={}", cred.pid, cred.uid, cred.gid);
+    }
+    return "unix (no credentials)";
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    if (addr.ss_family == AF_INET) {
+      auto* in = reinterpret_cast<sockaddr_in*>(&addr);
+      ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+      port = ntohs(in->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
+      ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+      port = ntohs(in6->sin6_port);
+    }
+  }
+  return fmt::format("tcp {}:{}", host, port);
+}
+
+void closeHandle(uv_stream_t* handle) {
+  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
+    uv_close(reinterpret_cast<uv_handle_t*>(handle), [](uv_handle_t* h) { std::free(h); });
+  }
+}
+
+// Takes the accepted socket away from libuv: the tenant's session thread does blocking I/O.
+int detachAccepted(uv_stream_t* client) {
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(client), &fd) != 0) return -1;
+  int owned = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (owned >= 0) ::fcntl(owned, F_SETFL, ::fcntl(owned, F_GETFL) & ~O_NONBLOCK);
+  return owned;
+}
+
+void onConnection(uv_stream_t* server, int status) {
+  auto* state = static_cast<Listener::State*>(server->data);
+  if (status < 0) {
+    spdlog::warn("accept failed: {}", uv_strerror(status));
+    return;
+  }
+  bool isUnix = server->type == UV_NAMED_PIPE;
+  uv_stream_t* client;
+  if (isUnix) {
+    auto* pipe = static_cast<uv_pipe_t*>(std::malloc(sizeof(uv_pipe_t)));
+    uv_pipe_init(server->loop, pipe, 0);
+    client = reinterpret_cast<uv_stream_t*>(pipe);
+  } else {
+    auto* tcp = static_cast<uv_tcp_t*>(std::malloc(sizeof(uv_tcp_t)));
+    uv_tcp_init(server->loop, tcp);
+    client = reinterpret_cast<uv_stream_t*>(tcp);
+  }
+  int fd = uv_accept(server, client) == 0 ? detachAccepted(client) : -1;
+  closeHandle(client);
+  if (fd < 0) {
+    spdlog::warn("could not take over an accepted connection");
+    return;
+  }
+  address::tuneConnectedSocket(fd);
+  state->sink.onConnection(fd, describePeer(fd, isUnix));
+}
+
+int bindUnix(Listener::State& state, const address::Endpoint& e, uv_stream_t*& out) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(e.path).parent_path(), ec);
+  ::unlink(e.path.c_str());  // a stale socket from a previous run
+  auto* pipe = static_cast<uv_pipe_t*>(std::malloc(sizeof(uv_pipe_t)));
+  uv_pipe_init(&state.loop, pipe, 0);
+  out = reinterpret_cast<uv_stream_t*>(pipe);
+  if (int rc = uv_pipe_bind(pipe, e.path.c_str()); rc != 0) return rc;
+  ::chmod(e.path.c_str(), state.options.unixSocketMode);
+  state.unixPaths.push_back(e.path);
+  return 0;
+}
+
+int bindTcp(Listener::State& state, const address::Endpoint& e, uv_stream_t*& out) {
+  auto* tcp = static_cast<uv_tcp_t*>(std::malloc(sizeof(uv_tcp_t)));
+  uv_tcp_init(&state.loop, tcp);
+  out = reinterpret_cast<uv_stream_t*>(tcp);
+  sockaddr_storage addr{};
+  int rc = uv_ip4_addr(e.host.c_str(), e.port, reinterpret_cast<sockaddr_in*>(&addr));
+  if (rc != 0) rc = uv_ip6_addr(e.host.c_str(), e.port, reinterpret_cast<sockaddr_in6*>(&addr));
+  if (rc != 0) return rc;
+  return uv_tcp_bind(tcp, reinterpret_cast<sockaddr*>(&addr), 0);
+}
+
+void stopLoop(Listener::State& state) {
+  state.sink.onStop();
+  for (auto& server : state.servers) closeHandle(server.release());
+  state.servers.clear();
+  uv_close(reinterpret_cast<uv_handle_t*>(&state.sigint), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&state.sigterm), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&state.stopAsync), nullptr);
+}
+
+}  // namespace
+
+Listener::Listener(ListenOptions options, ConnectionSink& sink)
+    : state_(std::make_unique<State>(std::move(options), sink)) {
+  uv_loop_init(&state_->loop);
+  state_->loop.data = state_.get();
+  uv_async_init(&state_->loop, &state_->stopAsync, [](uv_async_t* a) { stopLoop(*static_cast<State*>(a->loop->data)); });
+  uv_signal_init(&state_->loop, &state_->sigint);
+  uv_signal_init(&state_->loop, &state_->sigterm);
+}
+
+Listener::~Listener() {
+  for (const std::string& path : state_->unixPaths) ::unlink(path.c_str());
+  uv_loop_close(&state_->loop);
+}
+
+bool Listener::bind(std::string& error) {
+  for (const address::Endpoint& e : state_->options.endpoints) {
+    uv_stream_t* server = nullptr;
+    int rc = e.kind == address::Endpoint::Kind::kUnix ? bindUnix(*state_, e, server) : bindTcp(*state_, e, server);
+    if (server != nullptr) {
+      server->data = state_.get();
+      state_->servers.emplace_back(server, closeHandle);
+    }
+    if (rc == 0) rc = uv_listen(server, 128, onConnection);
+    if (rc != 0) {
+      error = fmt::format("cannot listen on {}: {}", e.toString(), uv_strerror(rc));
+      return false;
+    }
+    spdlog::info("listening on {}", e.toString());
+  }
+  return true;
+}
+
+void Listener::run() {
+  auto onSignal = [](uv_signal_t* s, int signum) {
+    spdlog::info("signal {}: stopping", signum);
+    stopLoop(*static_cast<State*>(s->loop->data));
+  };
+  uv_signal_start(&state_->sigint, onSignal, SIGINT);
+  uv_signal_start(&state_->sigterm, onSignal, SIGTERM);
+  uv_run(&state_->loop, UV_RUN_DEFAULT);
+}
+
+void Listener::stop() { uv_async_send(&state_->stopAsync); }
+
+}  // namespace tally::server::transport
