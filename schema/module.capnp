@@ -64,4 +64,6 @@ struct Occupancy {
   blockSize @1 :Int32;
   dynamicSmem @2 :UInt64;
   flags @3 :UInt32;
+  availableDynamicSmem @4 :Bool;  # cuOccupancyAvailableDynamicSMemPerBlock(numBlocks, blockSize)
+  numBlocks @5 :Int32;
 }

@@ -15,7 +15,7 @@ CUresult validDevice(int ordinal) {
 }
 
 CUresult synchronizeDevice() {
-  return ClientRuntime::get().call([](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(currentDevice()); });
+  return ClientRuntime::get().sync([](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(currentDevice()); });
 }
 
 CUresult setLimit(int limit, size_t value) {

@@ -37,6 +37,29 @@ bool validShape(const LaunchShape& s, const DeviceView& d) {
          s.grid.z <= static_cast<unsigned>(d.attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z));
 }
 
+// What the function opted into (48 KiB unless cudaFuncSetAttribute raised it).
+size_t maxDynamicSharedMemory(const FunctionHandle& f) {
+  return f.attributes.size() > CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+             ? static_cast<size_t>(f.attributes[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES])
+             : size_t{48} << 10;
+}
+
+// A cooperative grid must be resident all at once; the runtime refuses larger ones up front.
+CUresult checkCooperativeFits(const FunctionHandle& f, const LaunchShape& s) {
+  ReplyMessage reply;
+  CUresult r = rt().call([&](wire::Call::Builder c) {
+    auto o = c.initOccupancy();
+    o.setFunction(f.id);
+    o.setBlockSize(static_cast<int>(s.block.x * s.block.y * s.block.z));
+    o.setDynamicSmem(s.sharedMem);
+  }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  uint64_t perSm = reply.reply().getValue();
+  uint64_t sms = static_cast<uint64_t>(rt().device(static_cast<int>(f.module->device)).attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
+  uint64_t blocks = static_cast<uint64_t>(s.grid.x) * s.grid.y * s.grid.z;
+  return blocks > perSm * sms ? CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE : CUDA_SUCCESS;
+}
+
 std::vector<uint8_t> packArguments(const FunctionHandle& f, void** args) {
   std::vector<uint8_t> buffer(f.paramBytes);
   for (size_t i = 0; i < f.params.size(); ++i) {
@@ -51,6 +74,10 @@ CUresult launch(FunctionHandle* f, const LaunchShape& shape, CUstream stream, co
   if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (!validShape(shape, rt().device(static_cast<int>(f->module->device)))) {
     return CUDA_ERROR_INVALID_VALUE;  // CUDA 13's runtime reports bad shapes as cudaErrorInvalidValue too
+  }
+  if (shape.sharedMem > maxDynamicSharedMemory(*f)) return CUDA_ERROR_INVALID_VALUE;
+  if (cooperative) {
+    if (CUresult r = checkCooperativeFits(*f, shape); r != CUDA_SUCCESS) return r;
   }
   uint64_t streamId = rt().streamId(stream);
   if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;

@@ -57,13 +57,13 @@ CUresult allocatePitch(CUdeviceptr* out, size_t* pitch, size_t width, size_t hei
 
 CUresult freeDevice(CUdeviceptr ptr) {
   if (ptr == 0) return rt().ready();
-  CUresult r = rt().call([&](wire::Call::Builder c) { c.initMemFree().setPtr(ptr); });
+  CUresult r = rt().sync([&](wire::Call::Builder c) { c.initMemFree().setPtr(ptr); });
   if (r == CUDA_SUCCESS) rt().removeDeviceRegion(ptr);
   return r;
 }
 
 // Pinned memory: a memfd tallyd maps and registers, or plain memory when it cannot.
-CUresult allocateHost(void** out, size_t size) {
+CUresult allocateHost(void** out, size_t size, unsigned flags = 0) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   size_t rounded = (std::max<size_t>(size, 1) + 4095) / 4096 * 4096;
@@ -82,7 +82,7 @@ CUresult allocateHost(void** out, size_t size) {
       }, &reply, {}, fd);
       ::close(fd);
       if (r == CUDA_SUCCESS) {
-        rt().addHostRegion(p, HostRegion{rounded, true, reply.reply().getValue()});
+        rt().addHostRegion(p, HostRegion{rounded, flags, true, reply.reply().getValue()});
         *out = p;
         return CUDA_SUCCESS;
       }
@@ -94,7 +94,7 @@ CUresult allocateHost(void** out, size_t size) {
   }
   void* p = std::aligned_alloc(4096, rounded);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-  rt().addHostRegion(p, HostRegion{rounded, false, 0});
+  rt().addHostRegion(p, HostRegion{rounded, flags, false, 0});
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -132,7 +132,7 @@ std::optional<HostRegion> hostRegionOf(uint64_t address, size_t size) {
 }
 
 CUresult sendCopy(const CallBuilder& build, bool sync, std::span<const iovec> bulk = {}) {
-  return sync ? rt().call(build, nullptr, bulk) : rt().post(build, bulk);
+  return sync ? rt().sync(build, nullptr, bulk) : rt().post(build, bulk);
 }
 
 void fillCopy(wire::Memcpy::Builder m, wire::CopyKind kind, uint64_t stream, const Copy2D& c) {
@@ -153,6 +153,21 @@ CUresult copyToDevice(const Copy2D& c, uint64_t stream, bool sync) {
       fillCopy(m, wire::CopyKind::HOST_TO_DEVICE, stream, c);
       m.setHostShared(true);
     }, sync);
+  }
+  // Bytes are taken now, so the callbacks enqueued before this copy must have run (natively
+  // the copy reads the buffer when the stream reaches it, after them).
+  rt().waitForHostCallbacks();
+  if (c.height == 1 && c.width > kBulkChunk) {  // a flat copy: pieces of kBulkChunk bytes
+    for (size_t done = 0; done < c.width; done += kBulkChunk) {
+      size_t bytes = std::min(kBulkChunk, c.width - done);
+      Copy2D piece{c.dst + done, bytes, c.src + done, bytes, bytes, 1};
+      iovec bulk{reinterpret_cast<void*>(piece.src), bytes};
+      CUresult r = sendCopy([&](wire::Call::Builder call) {
+        fillCopy(call.initMemcpy(), wire::CopyKind::HOST_TO_DEVICE, stream, piece);
+      }, sync && done + bytes >= c.width, std::span<const iovec>(&bulk, 1));
+      if (r != CUDA_SUCCESS) return r;
+    }
+    return CUDA_SUCCESS;
   }
   // Bulk rows, packed, in chunks of whole rows; only the last chunk is waited for.
   size_t rowsPerChunk = std::max<size_t>(1, kBulkChunk / std::max<size_t>(c.width, 1));
@@ -222,6 +237,7 @@ bool isDevicePointer(uint64_t p) { return rt().findDeviceRegion(p).has_value(); 
 
 CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return static_cast<CUresult>(cudaErrorInvalidMemcpyDirection);
   if (c.width == 0 || c.height == 0) return CUDA_SUCCESS;
   if ((c.height > 1 && (c.dstPitch < c.width || c.srcPitch < c.width))) return CUDA_ERROR_INVALID_VALUE;
   if (kind == cudaMemcpyDefault) {
@@ -237,7 +253,7 @@ CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) 
     case cudaMemcpyDeviceToHost: return copyToHost(c, streamId, sync);
     case cudaMemcpyDeviceToDevice: return copyDeviceToDevice(c, streamId, sync);
     case cudaMemcpyHostToHost:
-      if (sync) rt().call([&](wire::Call::Builder call) { call.initStreamSynchronize().setStream(streamId); });
+      if (sync) rt().sync([&](wire::Call::Builder call) { call.initStreamSynchronize().setStream(streamId); });
       for (size_t row = 0; row < c.height; ++row) {
         std::memmove(reinterpret_cast<void*>(c.dst + row * c.dstPitch), reinterpret_cast<const void*>(c.src + row * c.srcPitch), c.width);
       }
@@ -344,8 +360,18 @@ TALLY_API cudaError_t cudaMallocHost(void** ptr, size_t size) {
   return guardRuntime(__func__, [&] { return allocateHost(ptr, size); });
 }
 
-TALLY_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) {
-  return guardRuntime(__func__, [&] { return allocateHost(ptr, size); });
+TALLY_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
+  return guardRuntime(__func__, [&] { return allocateHost(ptr, size, flags); });
+}
+
+TALLY_API cudaError_t cudaHostGetFlags(unsigned int* flags, void* host) {
+  return guardRuntime(__func__, [&] {
+    if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto region = rt().findHostRegion(host);
+    if (!region) return CUDA_ERROR_INVALID_VALUE;
+    *flags = region->second.flags;
+    return CUDA_SUCCESS;
+  });
 }
 
 TALLY_API cudaError_t cudaFreeHost(void* ptr) {
@@ -476,8 +502,8 @@ TALLY_API CUresult cuMemAllocHost(void** ptr, size_t size) {
   return guardDriver(__func__, [&] { return allocateHost(ptr, size); });
 }
 
-TALLY_API CUresult cuMemHostAlloc(void** ptr, size_t size, unsigned int) {
-  return guardDriver(__func__, [&] { return allocateHost(ptr, size); });
+TALLY_API CUresult cuMemHostAlloc(void** ptr, size_t size, unsigned int flags) {
+  return guardDriver(__func__, [&] { return allocateHost(ptr, size, flags); });
 }
 
 TALLY_API CUresult cuMemFreeHost(void* ptr) {

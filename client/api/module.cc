@@ -166,6 +166,25 @@ TALLY_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks,
   return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, func, blockSize, dynamicSmem, 0);
 }
 
+TALLY_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, const void* func, int numBlocks,
+                                                               int blockSize) {
+  return guardRuntime(__func__, [&] {
+    if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    FunctionHandle* f = nullptr;
+    if (CUresult r = runtimeFunction(func, f); r != CUDA_SUCCESS) return r;
+    ReplyMessage reply;
+    CUresult r = rt().call([&](wire::Call::Builder c) {
+      auto o = c.initOccupancy();
+      o.setFunction(f->id);
+      o.setAvailableDynamicSmem(true);
+      o.setNumBlocks(numBlocks);
+      o.setBlockSize(blockSize);
+    }, &reply);
+    if (r == CUDA_SUCCESS) *bytes = reply.reply().getValue();
+    return r;
+  });
+}
+
 TALLY_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t* out, const void* symbol) {
   return guardRuntime(__func__, [&] {
     if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -51,7 +51,7 @@ CUresult resolveStream(CUstream stream, uint64_t& id) {
 CUresult synchronizeStream(CUstream stream) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
-  return rt().call([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(id); });
+  return rt().sync([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(id); });
 }
 
 CUresult queryStream(CUstream stream) {
@@ -93,12 +93,19 @@ CUresult createEvent(CUevent* out, unsigned flags) {
   return CUDA_SUCCESS;
 }
 
-CUresult eventCall(CUevent event, const std::function<void(wire::Call::Builder, uint64_t)>& build, bool oneWay) {
+enum class EventCallKind { kOneWay, kQuery, kSync };
+
+CUresult eventCall(CUevent event, const std::function<void(wire::Call::Builder, uint64_t)>& build, EventCallKind kind) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   EventHandle* e = checkedHandle<EventHandle>(event, HandleMagic::kEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   auto builder = [&](wire::Call::Builder c) { build(c, e->id); };
-  return oneWay ? rt().post(builder) : rt().call(builder);
+  switch (kind) {
+    case EventCallKind::kOneWay: return rt().post(builder);
+    case EventCallKind::kQuery: return rt().call(builder);
+    case EventCallKind::kSync: return rt().sync(builder);
+  }
+  return CUDA_ERROR_UNKNOWN;
 }
 
 CUresult recordEvent(CUevent event, CUstream stream) {
@@ -108,11 +115,11 @@ CUresult recordEvent(CUevent event, CUstream stream) {
     auto rec = c.initEventRecord();
     rec.setEvent(e);
     rec.setStream(id);
-  }, true);
+  }, EventCallKind::kOneWay);
 }
 
 CUresult destroyEvent(CUevent event) {
-  CUresult r = eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventDestroy().setEvent(e); }, true);
+  CUresult r = eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventDestroy().setEvent(e); }, EventCallKind::kOneWay);
   if (r == CUDA_SUCCESS) {
     auto* e = reinterpret_cast<EventHandle*>(event);
     e->magic = HandleMagic{0};
@@ -148,7 +155,11 @@ CUresult addHostCallback(CUstream stream, std::function<void()> callback) {
     f.setStream(id);
     f.setCallback(reinterpret_cast<uint64_t>(owned));
   });
-  if (r != CUDA_SUCCESS) delete owned;
+  if (r != CUDA_SUCCESS) {
+    delete owned;
+  } else {
+    rt().hostCallbackEnqueued();
+  }
   return r;
 }
 
@@ -219,12 +230,12 @@ TALLY_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t s
 }
 TALLY_API cudaError_t cudaEventQuery(cudaEvent_t event) {
   return guardRuntime(__func__, [&] {
-    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventQuery().setEvent(e); }, false);
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventQuery().setEvent(e); }, EventCallKind::kQuery);
   });
 }
 TALLY_API cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return guardRuntime(__func__, [&] {
-    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventSynchronize().setEvent(e); }, false);
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventSynchronize().setEvent(e); }, EventCallKind::kSync);
   });
 }
 TALLY_API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -276,12 +287,12 @@ TALLY_API CUresult cuEventRecord(CUevent event, CUstream stream) {
 }
 TALLY_API CUresult cuEventQuery(CUevent event) {
   return guardDriver(__func__, [&] {
-    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventQuery().setEvent(e); }, false);
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventQuery().setEvent(e); }, EventCallKind::kQuery);
   });
 }
 TALLY_API CUresult cuEventSynchronize(CUevent event) {
   return guardDriver(__func__, [&] {
-    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventSynchronize().setEvent(e); }, false);
+    return eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventSynchronize().setEvent(e); }, EventCallKind::kSync);
   });
 }
 TALLY_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {

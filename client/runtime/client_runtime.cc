@@ -146,8 +146,17 @@ CUresult ClientRuntime::call(const CallBuilder& build, ReplyMessage* reply, std:
   ReplyMessage& out = reply != nullptr ? *reply : local;
   if (CUresult r = connection_->roundTrip(id, message, out, bulk, fd); r != CUDA_SUCCESS) return r;
   auto answer = out.reply();
-  if (answer.getStatus() != CUDA_SUCCESS) return static_cast<CUresult>(answer.getStatus());
-  return static_cast<CUresult>(answer.getDeferredStatus());
+  if (answer.getDeferredStatus() != CUDA_SUCCESS) {
+    int expected = CUDA_SUCCESS;
+    pendingAsyncError_.compare_exchange_strong(expected, answer.getDeferredStatus());
+  }
+  return static_cast<CUresult>(answer.getStatus());
+}
+
+CUresult ClientRuntime::sync(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk) {
+  CUresult own = call(build, reply, bulk);
+  CUresult earlier = static_cast<CUresult>(pendingAsyncError_.exchange(CUDA_SUCCESS));
+  return own != CUDA_SUCCESS ? own : earlier;
 }
 
 void ClientRuntime::runHostFunc(const HostFuncNotice& notice) {
@@ -156,12 +165,21 @@ void ClientRuntime::runHostFunc(const HostFuncNotice& notice) {
     auto* callback = reinterpret_cast<std::function<void()>*>(notice.callback);
     (*callback)();
     delete callback;
+    hostCallbacksRun_.fetch_add(1);
+    hostCallbacksRun_.notify_all();
     post([&](wire::Call::Builder c) {
       auto done = c.initHostFuncDone();
       done.setStream(notice.stream);
       done.setSequence(notice.sequence);
     });
   });
+}
+
+void ClientRuntime::waitForHostCallbacks() {
+  uint64_t target = hostCallbacksEnqueued_.load();
+  for (uint64_t run = hostCallbacksRun_.load(); run < target && !connection_->broken(); run = hostCallbacksRun_.load()) {
+    hostCallbacksRun_.wait(run);
+  }
 }
 
 // --- streams ---------------------------------------------------------------------------

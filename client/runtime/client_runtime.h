@@ -36,6 +36,7 @@ struct DeviceView {
 
 struct HostRegion {
   size_t size = 0;
+  unsigned flags = 0;          // cudaHostAlloc flags, for cudaHostGetFlags
   bool shared = false;        // memfd mapped by tallyd
   uint64_t serverAddress = 0;  // where tallyd mapped it (the device pointer, when registered)
 };
@@ -57,9 +58,17 @@ class ClientRuntime {
   Connection& connection() { return *connection_; }
   // One-way call; its error surfaces at the next synchronizing call.
   CUresult post(const CallBuilder& build, std::span<const iovec> bulk = {});
-  // Round trip: the call's status, or an earlier one-way call's deferred error.
+  // Round trip returning the call's own status. An error of an earlier one-way call that
+  // tallyd reports with the reply is kept and returned by the next synchronizing call.
   CUresult call(const CallBuilder& build, ReplyMessage* reply = nullptr, std::span<const iovec> bulk = {}, int fd = -1);
+  // Round trip of a synchronizing call (syncs, blocking copies, frees): also returns the
+  // pending error of earlier one-way calls, as the native runtime does.
+  CUresult sync(const CallBuilder& build, ReplyMessage* reply = nullptr, std::span<const iovec> bulk = {});
   uint64_t newHandleId() { return nextHandleId_.fetch_add(1); }
+  // Host callbacks: counted when enqueued and when run; waitForHostCallbacks returns once
+  // every callback enqueued before the call has run.
+  void hostCallbackEnqueued() { hostCallbacksEnqueued_.fetch_add(1); }
+  void waitForHostCallbacks();
 
   // --- devices ----------------------------------------------------------------------
   int deviceCount() const { return static_cast<int>(devices_.size()); }
@@ -108,6 +117,9 @@ class ClientRuntime {
   bool sharedHostMemory_ = false;
   int driverVersion_ = 0;
   std::atomic<uint64_t> nextHandleId_{1u << 16};
+  std::atomic<int> pendingAsyncError_{CUDA_SUCCESS};
+  std::atomic<uint64_t> hostCallbacksEnqueued_{0};
+  std::atomic<uint64_t> hostCallbacksRun_{0};
 
   std::mutex tablesMutex_;
   std::map<CUdeviceptr, DeviceRegion> deviceRegions_;

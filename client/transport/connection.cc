@@ -54,6 +54,9 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
   address::tuneConnectedSocket(fd);
   std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString()));
   if (!c->handshake(tenantName, priority, error)) return nullptr;
+  // Poll briefly before sleeping: replies to syncs then arrive without a wake-up.
+  const char* spin = std::getenv("TALLY_SPIN_US");
+  c->reader_.setSpinMicros(spin != nullptr ? static_cast<unsigned>(std::atoi(spin)) : 50);
   c->receiver_ = std::thread([raw = c.get()] { raw->receive(); });
   return c;
 }

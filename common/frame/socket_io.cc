@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace tally::frame {
@@ -27,6 +28,22 @@ int StreamReader::takeFd() {
   return fd;
 }
 
+ssize_t StreamReader::receive(msghdr& msg) {
+  if (spinMicros_ > 0) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spinMicros_);
+    do {
+      ssize_t n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return n;
+      __builtin_ia32_pause();
+    } while (std::chrono::steady_clock::now() < deadline);
+  }
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 IoStatus StreamReader::refill() {
   char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerRead)];
   iovec iov{buffer_.data(), buffer_.size()};
@@ -35,10 +52,7 @@ IoStatus StreamReader::refill() {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = receive(msg);
   if (n == 0) return IoStatus{false, true, "peer closed the connection"};
   if (n < 0) return IoStatus::failure(fmt::format("recv failed: {}", std::strerror(errno)));
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {

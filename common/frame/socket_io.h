@@ -3,6 +3,7 @@
 
 #include "common/frame/frame.h"
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -29,6 +30,10 @@ class StreamReader {
   explicit StreamReader(int fd, size_t bufferBytes = 256 << 10);
   ~StreamReader();
 
+  // Before blocking for more bytes, poll the socket for this long: a peer that answers
+  // within it costs no scheduler wake-up (the round-trip latency of a sync call).
+  void setSpinMicros(unsigned micros) { spinMicros_ = micros; }
+
   IoStatus read(void* dst, size_t size);
   IoStatus skip(size_t size);
   // The oldest received descriptor, or -1. The caller owns it.
@@ -37,6 +42,8 @@ class StreamReader {
 
  private:
   IoStatus refill();
+  ssize_t receive(msghdr& msg);
+  unsigned spinMicros_ = 0;
 
   int fd_;
   std::vector<char> buffer_;

@@ -24,6 +24,8 @@ struct Services {
   std::vector<gpu::Gpu*> gpus;
   gpu::ModuleStore* modules = nullptr;
   frame::FrameLimits limits;
+  unsigned inlineWaitMicros = 50;  // how long a tenant thread may wait for a short sync itself
+  unsigned pollMicros = 50;        // how long a tenant thread polls its socket before sleeping
 };
 
 // Fills the union part of a Reply.
@@ -79,6 +81,9 @@ void handleDevice(CallContext& ctx, wire::Call::Reader call);
 
 // Shared by the handlers: the tenant's stream for a client handle, ordered for new work.
 session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId);
+// Runs `done` once the work queued so far on `stream` has finished, keeping this tenant's
+// notices in order (inline only when none of them is still queued).
+CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done);
 // Replies once the work queued so far on `stream` has finished.
 void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive = {});
 

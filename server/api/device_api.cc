@@ -41,7 +41,9 @@ void setLimit(CallContext& ctx, wire::Limit::Reader args) {
                  ctx.tenant().id(), ctx.tenant().name(), args.getLimit(), args.getValue());
     return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
   }
-  ctx.finish(g->raiseLimit(limit, args.getValue()));
+  CUresult r = g->raiseLimit(limit, args.getValue());
+  if (r == CUDA_SUCCESS) ctx.tenant().requestedLimits()[args.getLimit()] = args.getValue();
+  ctx.finish(r);
 }
 
 void getLimit(CallContext& ctx, wire::Limit::Reader args) {
@@ -49,6 +51,9 @@ void getLimit(CallContext& ctx, wire::Limit::Reader args) {
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
   size_t value = 0;
   CUresult r = g->getLimit(static_cast<CUlimit>(args.getLimit()), value);
+  // A tenant sees the value it set, although the shared context may hold a larger one.
+  auto& requested = ctx.tenant().requestedLimits();
+  if (auto it = requested.find(args.getLimit()); r == CUDA_SUCCESS && it != requested.end()) value = it->second;
   ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(value); });
 }
 

@@ -53,10 +53,22 @@ session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
   return s;
 }
 
+CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done) {
+  const auto& queued = ctx.tenant().queuedNotices();
+  unsigned spin = queued->load() == 0 ? ctx.services().inlineWaitMicros : 0;
+  queued->fetch_add(1);
+  CUresult r = g.completions().watchStream(stream, [queued, done = std::move(done)](CUresult status) {
+    done(status);
+    queued->fetch_sub(1);
+  }, spin);
+  if (r != CUDA_SUCCESS) queued->fetch_sub(1);
+  return r;
+}
+
 void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive) {
   if (ctx.oneWay() && !keepalive) return;
   auto reply = ctx.replyLater();
-  CUresult r = g.completions().watchStream(stream, [reply, keepalive](CUresult status) { reply(status, {}); });
+  CUresult r = afterStream(ctx, g, stream, [reply, keepalive](CUresult status) { reply(status, {}); });
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }
 

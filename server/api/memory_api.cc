@@ -83,21 +83,19 @@ void deviceToHostShared(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g
   replyWhenDone(ctx, g, s.stream);
 }
 
-// Rows [firstRow, firstRow + rows) go to a staging buffer, then to the client as HostData.
+// One piece of a device-to-host copy: `p` (already narrowed to the piece) goes to a staging
+// buffer, then to the client as HostData at `offset` of its destination.
 CUresult deviceToHostChunk(CallContext& ctx, gpu::Gpu& g, session::StreamState& s, CUDA_MEMCPY2D p,
-                           size_t firstRow, size_t rows, uint64_t token, bool last) {
-  size_t bytes = p.WidthInBytes * rows;
+                           uint64_t offset, uint64_t token, bool last) {
+  size_t bytes = p.WidthInBytes * p.Height;
   auto staging = g.staging().take(bytes);
   if (!staging) return CUDA_ERROR_OUT_OF_MEMORY;
-  p.srcDevice += firstRow * p.srcPitch;
-  p.Height = rows;
   p.dstMemoryType = CU_MEMORYTYPE_HOST;
   p.dstHost = staging->data();
   p.dstPitch = p.WidthInBytes;
   if (CUresult r = cuMemcpy2DAsync(&p, s.stream); r != CUDA_SUCCESS) return r;
   auto reply = last ? ctx.replyLater() : nullptr;
-  uint64_t offset = firstRow * p.WidthInBytes;
-  return g.completions().watchStream(s.stream, [outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
+  return afterStream(ctx, g, s.stream, [outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
     if (status == CUDA_SUCCESS) {
       capnp::MallocMessageBuilder message(64);
       auto data = message.initRoot<wire::ServerMessage>().initHostData();
@@ -117,11 +115,25 @@ void deviceToHost(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, sess
   p.srcPitch = args.getSrcPitch() != 0 ? args.getSrcPitch() : shape.width;
   if (args.getHostShared()) return deviceToHostShared(ctx, args, g, s, p, shape);
   if (shape.bytes() == 0) return ctx.finish(CUDA_SUCCESS);
+  if (shape.height == 1) {  // a flat copy: pieces of kD2HChunk bytes
+    for (size_t done = 0; done < shape.width; done += kD2HChunk) {
+      CUDA_MEMCPY2D piece = p;
+      piece.WidthInBytes = std::min(kD2HChunk, shape.width - done);
+      piece.srcDevice += done;
+      bool last = done + piece.WidthInBytes >= shape.width;
+      if (CUresult r = deviceToHostChunk(ctx, g, s, piece, done, args.getToken(), last); r != CUDA_SUCCESS) {
+        return ctx.finish(r);
+      }
+    }
+    return;
+  }
   size_t rowsPerChunk = std::max<size_t>(1, kD2HChunk / std::max<size_t>(shape.width, 1));
   for (size_t row = 0; row < shape.height; row += rowsPerChunk) {
-    size_t rows = std::min(rowsPerChunk, shape.height - row);
-    bool last = row + rows >= shape.height;
-    if (CUresult r = deviceToHostChunk(ctx, g, s, p, row, rows, args.getToken(), last); r != CUDA_SUCCESS) {
+    CUDA_MEMCPY2D piece = p;
+    piece.Height = std::min(rowsPerChunk, shape.height - row);
+    piece.srcDevice += row * p.srcPitch;
+    bool last = row + piece.Height >= shape.height;
+    if (CUresult r = deviceToHostChunk(ctx, g, s, piece, row * shape.width, args.getToken(), last); r != CUDA_SUCCESS) {
       return ctx.finish(r);
     }
   }

@@ -107,6 +107,11 @@ void occupancy(CallContext& ctx, wire::Occupancy::Reader args) {
   session::FunctionState* f = ctx.tenant().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   f->gpu->makeCurrent();
+  if (args.getAvailableDynamicSmem()) {
+    size_t bytes = 0;
+    CUresult r = cuOccupancyAvailableDynamicSMemPerBlock(&bytes, f->function, args.getNumBlocks(), args.getBlockSize());
+    return ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(bytes); });
+  }
   int blocks = 0;
   CUresult r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f->function, args.getBlockSize(),
                                                                     args.getDynamicSmem(), args.getFlags());

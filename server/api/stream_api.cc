@@ -87,7 +87,7 @@ void hostFunc(CallContext& ctx, wire::HostFunc::Reader args) {
   uint32_t sequence = ++s->hostFuncIssued;
   uint64_t streamId = s->id;
   uint64_t callback = args.getCallback();
-  CUresult r = s->gpu->completions().watchStream(s->stream, [outbox = ctx.outbox(), streamId, sequence, callback](CUresult) {
+  CUresult r = afterStream(ctx, *s->gpu, s->stream, [outbox = ctx.outbox(), streamId, sequence, callback](CUresult) {
     capnp::MallocMessageBuilder message(64);
     auto ready = message.initRoot<wire::ServerMessage>().initHostFuncReady();
     ready.setStream(streamId);

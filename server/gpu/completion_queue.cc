@@ -41,13 +41,32 @@ CUevent CompletionQueue::takeEvent() {
   return e;
 }
 
-CUresult CompletionQueue::watchStream(CUstream stream, Callback done) {
+void CompletionQueue::recycle(CUevent event) {
+  std::lock_guard lock(mutex_);
+  spareEvents_.push_back(event);
+}
+
+bool CompletionQueue::completesWithin(CUevent event, unsigned micros, CUresult& result) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
+  do {
+    result = cuEventQuery(event);
+    if (result != CUDA_ERROR_NOT_READY) return true;
+    __builtin_ia32_pause();
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
+CUresult CompletionQueue::watchStream(CUstream stream, Callback done, unsigned inlineSpinMicros) {
   CUevent event = takeEvent();
   if (event == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   if (CUresult r = cuEventRecord(event, stream); r != CUDA_SUCCESS) {
-    std::lock_guard lock(mutex_);
-    spareEvents_.push_back(event);
+    recycle(event);
     return r;
+  }
+  if (CUresult result; inlineSpinMicros > 0 && completesWithin(event, inlineSpinMicros, result)) {
+    recycle(event);
+    done(result);
+    return CUDA_SUCCESS;
   }
   {
     std::lock_guard lock(mutex_);

@@ -26,10 +26,11 @@ class CompletionQueue {
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
 
-  // Records an event on `stream` (the caller's context must be current) and runs `done` on the
-  // completion thread once the stream reaches it. Returns the record error, if any, in which
-  // case `done` is not called.
-  CUresult watchStream(CUstream stream, Callback done);
+  // Records an event on `stream` (the caller's context must be current) and runs `done` once
+  // the stream reaches it: on the calling thread if that happens within `inlineSpinMicros`
+  // (a short sync then costs no thread hand-off), else on the completion thread. Returns the
+  // record error, if any, in which case `done` is not called.
+  CUresult watchStream(CUstream stream, Callback done, unsigned inlineSpinMicros = 0);
 
  private:
   struct Watch {
@@ -39,6 +40,8 @@ class CompletionQueue {
 
   void run();
   CUevent takeEvent();
+  void recycle(CUevent event);
+  static bool completesWithin(CUevent event, unsigned micros, CUresult& result);
   void pollOnce(std::vector<Watch>& pending);
 
   CUcontext context_;

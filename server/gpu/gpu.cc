@@ -1,6 +1,7 @@
 #include "server/gpu/gpu.h"
 
 #include "server/gpu/cuda_check.h"
+#include "server/gpu/driver_loader.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -39,6 +40,7 @@ DeviceDescription describeDevice(int ordinal, CUdevice device) {
   if (cudaGetDeviceProperties(&prop, ordinal) == cudaSuccess) {
     d.properties.assign(reinterpret_cast<const char*>(&prop), sizeof(prop));
   }
+  cuCtxGetStreamPriorityRange(&d.streamPriorityLeast, &d.streamPriorityGreatest);
   CUuuid uuid{};
   cuDeviceGetUuid(&uuid, device);
   d.uuid.assign(uuid.bytes, sizeof(uuid.bytes));
@@ -49,6 +51,10 @@ DeviceDescription describeDevice(int ordinal, CUdevice device) {
 
 std::vector<std::unique_ptr<Gpu>> Gpu::openAll(std::string& error) {
   std::vector<std::unique_ptr<Gpu>> gpus;
+  if (std::string why; !driverLoaded(&why)) {
+    error = "the NVIDIA driver is not installed or not visible (" + why + ")";
+    return gpus;
+  }
   if (CUresult r = cuInit(0); r != CUDA_SUCCESS) {
     error = fmt::format("cuInit failed: {}", describe(r));
     return gpus;

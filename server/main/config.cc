@@ -16,7 +16,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
     return false;
   }
   static const std::set<std::string> kKnown = {"listen", "log_level", "unix_socket_mode", "module_cache_bytes",
-                                               "max_message_bytes", "max_bulk_bytes"};
+                                               "max_message_bytes", "max_bulk_bytes", "inline_wait_us", "poll_us"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -34,6 +34,8 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.moduleCacheBytes = table["module_cache_bytes"].value_or(config.moduleCacheBytes);
   config.maxMessageBytes = table["max_message_bytes"].value_or(config.maxMessageBytes);
   config.maxBulkBytes = table["max_bulk_bytes"].value_or(config.maxBulkBytes);
+  config.inlineWaitMicros = table["inline_wait_us"].value_or(config.inlineWaitMicros);
+  config.pollMicros = table["poll_us"].value_or(config.pollMicros);
   return true;
 }
 

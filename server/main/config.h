@@ -14,6 +14,8 @@ struct Config {
   uint64_t moduleCacheBytes = 4ull << 30;
   uint32_t maxMessageBytes = 1u << 20;
   uint32_t maxBulkBytes = 64u << 20;
+  unsigned inlineWaitMicros = 50;
+  unsigned pollMicros = 50;
 };
 
 // Reads `path` over `config`; false with `error` on a bad file or an unknown key.

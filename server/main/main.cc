@@ -10,7 +10,11 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <execinfo.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <csignal>
 #include <map>
 #include <mutex>
 
@@ -53,7 +57,20 @@ class SessionRegistry final : public transport::ConnectionSink {
   std::map<uint64_t, std::shared_ptr<session::Session>> sessions_;
 };
 
+// A crash of tallyd takes every tenant with it: leave a backtrace in the journal.
+void onFatalSignal(int signum) {
+  void* frames[64];
+  int count = ::backtrace(frames, 64);
+  const char header[] = "tallyd: fatal signal, backtrace:\n";
+  (void)!::write(STDERR_FILENO, header, sizeof(header) - 1);
+  ::backtrace_symbols_fd(frames, count, STDERR_FILENO);
+  std::signal(signum, SIG_DFL);
+  std::raise(signum);
+}
+
 int run(int argc, char** argv) {
+  for (int s : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(s, onFatalSignal);
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"tallyd: shares GPUs between CUDA applications that run with libtally_client.so"};
   std::string configPath;
   std::vector<std::string> listen;
@@ -94,6 +111,8 @@ int run(int argc, char** argv) {
   services.modules = &modules;
   services.limits.maxMessageBytes = config.maxMessageBytes;
   services.limits.maxBulkBytes = config.maxBulkBytes;
+  services.inlineWaitMicros = config.inlineWaitMicros;
+  services.pollMicros = config.pollMicros;
 
   SessionRegistry registry(services);
   transport::Listener listener(listenOptions, registry);

@@ -152,6 +152,7 @@ bool Session::serve(frame::StreamReader& reader) {
 
 void Session::run() {
   frame::StreamReader reader(fd_);
+  reader.setSpinMicros(services_.pollMicros);
   if (handshake(reader)) {
     serve(reader);
   }

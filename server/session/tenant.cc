@@ -107,13 +107,11 @@ CUresult Tenant::destroyStream(uint64_t id) {
   if (it == streams_.end() || it->second->legacyDefault) return CUDA_ERROR_INVALID_HANDLE;
   StreamState& s = *it->second;
   s.gpu->makeCurrent();
-  // Like cudaStreamDestroy: pending work still completes; the handle goes away now.
+  // Like cudaStreamDestroy: pending work still completes; the handle goes away now. A host
+  // callback flag may still be awaited by that work, so it lives until the tenant ends.
   cuStreamDestroy(s.stream);
   cuEventDestroy(s.joinEvent);
-  if (s.hostFlag != nullptr) {
-    cuStreamSynchronize(s.stream);
-    cuMemFreeHost(s.hostFlag);
-  }
+  if (s.hostFlag != nullptr) retiredHostFlags_.push_back(s.hostFlag);
   streams_.erase(it);
   return CUDA_SUCCESS;
 }
@@ -272,6 +270,7 @@ void Tenant::release() {
   for (auto& [id, s] : streams_) {
     if (s->hostFlag != nullptr) __atomic_store_n(s->hostFlag, UINT32_MAX, __ATOMIC_RELEASE);
   }
+  for (uint32_t* flag : retiredHostFlags_) __atomic_store_n(flag, UINT32_MAX, __ATOMIC_RELEASE);
   // Memory may be freed only once no kernel of this tenant can still touch it.
   for (auto& [id, s] : streams_) {
     s->gpu->makeCurrent();
@@ -306,6 +305,8 @@ void Tenant::release() {
     m.gpu->makeCurrent();
     cuModuleUnload(m.module);
   }
+  for (uint32_t* flag : retiredHostFlags_) cuMemFreeHost(flag);
+  retiredHostFlags_.clear();
   for (auto& [addr, mapping] : hostMappings_) {
     if (mapping.registered) cuMemHostUnregister(mapping.local);
     ::munmap(mapping.local, mapping.size);

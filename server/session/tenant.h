@@ -12,6 +12,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -114,6 +115,13 @@ class Tenant {
   FunctionState* function(uint64_t id);
   FunctionState& addFunction(uint64_t id, FunctionState state);
 
+  // Context-wide limits as this tenant asked for them (the context holds the largest).
+  std::map<int, size_t>& requestedLimits() { return requestedLimits_; }
+
+  // Notices (replies, HostData, HostFuncReady) of this tenant still waiting in a completion
+  // queue; while any is, a later notice must queue behind it rather than overtake it.
+  const std::shared_ptr<std::atomic<int>>& queuedNotices() const { return queuedNotices_; }
+
   // --- errors of one-way calls ---------------------------------------------------------
   void deferError(CUresult r) {
     if (deferred_ == CUDA_SUCCESS) deferred_ = r;
@@ -150,7 +158,10 @@ class Tenant {
   std::map<uint64_t, HostMapping> hostMappings_;
   std::unordered_map<uint64_t, ModuleState> modules_;
   std::unordered_map<uint64_t, FunctionState> functions_;
+  std::vector<uint32_t*> retiredHostFlags_;
+  std::map<int, size_t> requestedLimits_;  // of destroyed streams
   CUresult deferred_ = CUDA_SUCCESS;
+  std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);
   bool released_ = false;
 };
 

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Stages what the GPU machine needs into .gpu/ (ignored by git): a slim copy of the build
+# tree (tallyd, the client, GPU test programs, benchmarks) and the non-system shared
+# libraries they use, so they run on a host that has only the NVIDIA driver.
+# Usage: scripts/stage_gpu.sh [BUILD_DIR]   then on the host:
+#   export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
+set -euo pipefail
+BUILD=${1:-build}
+OUTDIR=.gpu
+rm -rf "$OUTDIR" && mkdir -p "$OUTDIR/lib" "$OUTDIR/build/server" "$OUTDIR/build/client" "$OUTDIR/build/tests/gpu" "$OUTDIR/build/bench"
+cp "$BUILD/server/tallyd" "$OUTDIR/build/server/"
+cp "$BUILD/client/libtally_client.so" "$OUTDIR/build/client/"
+ln -sf libtally_client.so "$OUTDIR/build/client/libcuda.so.1"
+find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {} "$OUTDIR/build/tests/gpu/" \;
+[[ -x $BUILD/bench/tally_microbench ]] && cp "$BUILD/bench/tally_microbench" "$OUTDIR/build/bench/"
+for bin in "$OUTDIR"/build/server/tallyd "$OUTDIR"/build/client/libtally_client.so; do
+  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'capnp|kj|uv|spdlog|fmt|zstd|lz4|xxhash|toml' | while read -r lib; do
+    cp -L "$lib" "$OUTDIR/lib/"
+  done
+done
+strip --strip-debug "$OUTDIR"/build/server/tallyd "$OUTDIR"/build/client/libtally_client.so "$OUTDIR"/lib/* 2>/dev/null || true
+du -sh "$OUTDIR"
