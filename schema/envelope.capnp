@@ -92,6 +92,8 @@ struct Reply {
   id @0 :UInt64;
   status @1 :Int32;               # CUresult of this call
   deferredStatus @2 :Int32;       # first error of an earlier one-way call, reported once
+  dataToken @10 :UInt64;          # non-zero: the frame's bulk bytes are device-to-host data
+                                  # for this HostData token (small synchronous copies)
   union {
     none @3 :Void;
     value @4 :UInt64;             # pointer, handle, count, flag

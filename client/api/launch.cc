@@ -1,6 +1,7 @@
 // Kernel launches: one-way messages. Arguments are packed by the kernel's parameter layout
 // (from cuFuncGetParamInfo on tallyd), so structs of any size travel as they are.
 #include "client/api/api_util.h"
+#include "client/runtime/arguments.h"
 
 #include <cstring>
 #include <vector>
@@ -61,12 +62,7 @@ CUresult checkCooperativeFits(const FunctionHandle& f, const LaunchShape& s) {
 }
 
 std::vector<uint8_t> packArguments(const FunctionHandle& f, void** args) {
-  std::vector<uint8_t> buffer(f.paramBytes);
-  for (size_t i = 0; i < f.params.size(); ++i) {
-    auto [offset, size] = f.params[i];
-    if (args != nullptr && args[i] != nullptr) std::memcpy(buffer.data() + offset, args[i], size);
-  }
-  return buffer;
+  return tally::client::packArguments(f.params, f.paramBytes, args);
 }
 
 CUresult launch(FunctionHandle* f, const LaunchShape& shape, CUstream stream, const std::vector<uint8_t>& params,

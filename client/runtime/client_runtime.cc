@@ -134,7 +134,7 @@ CUresult ClientRuntime::post(const CallBuilder& build, std::span<const iovec> bu
   if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
   capnp::MallocMessageBuilder message(128);
   buildCall(message, 0, build);
-  return connection_->send(message, bulk);
+  return bulk.empty() ? connection_->post(message) : connection_->send(message, bulk);
 }
 
 CUresult ClientRuntime::call(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd) {

@@ -2,6 +2,7 @@
 
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +31,12 @@ Connection::Connection(int fd, std::string endpointText)
     : fd_(fd), endpointText_(std::move(endpointText)), reader_(fd) {}
 
 Connection::~Connection() {
+  {
+    std::lock_guard lock(sendMutex_);
+    closing_ = true;
+  }
+  batchPending_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
   ::shutdown(fd_, SHUT_RDWR);
   if (receiver_.joinable()) receiver_.join();
   ::close(fd_);
@@ -58,6 +65,7 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
   const char* spin = std::getenv("TALLY_SPIN_US");
   c->reader_.setSpinMicros(spin != nullptr ? static_cast<unsigned>(std::atoi(spin)) : 50);
   c->receiver_ = std::thread([raw = c.get()] { raw->receive(); });
+  c->flusher_ = std::thread([raw = c.get()] { raw->runFlusher(); });
   return c;
 }
 
@@ -102,16 +110,67 @@ bool Connection::handshake(const std::string& tenantName, wire::PriorityClass pr
 
 const wire::Welcome::Reader Connection::welcome() { return welcome_->getRoot<wire::ServerMessage>().getWelcome(); }
 
-CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec> bulk, int fd) {
-  if (broken_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
-  auto words = capnp::messageToFlatArray(message);
-  std::lock_guard lock(sendMutex_);
-  frame::IoStatus status = frame::writeFrame(fd_, words, bulk, fd);
+namespace {
+constexpr auto kBatchWindow = std::chrono::microseconds(20);
+constexpr size_t kBatchBytes = 64 << 10;
+}  // namespace
+
+CUresult Connection::writeLocked(std::span<const iovec> parts) {
+  frame::IoStatus status = frame::writeAll(fd_, parts);
+  lastWrite_ = std::chrono::steady_clock::now();
   if (!status.ok) {
     fail(status.error);
     return CUDA_ERROR_DEVICE_UNAVAILABLE;
   }
   return CUDA_SUCCESS;
+}
+
+CUresult Connection::flushLocked() {
+  if (batch_.empty()) return CUDA_SUCCESS;
+  iovec part{batch_.data(), batch_.size()};
+  CUresult r = writeLocked(std::span<const iovec>(&part, 1));
+  batch_.clear();
+  return r;
+}
+
+CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec> bulk, int fd) {
+  if (broken_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  auto words = capnp::messageToFlatArray(message);
+  std::lock_guard lock(sendMutex_);
+  if (CUresult r = flushLocked(); r != CUDA_SUCCESS) return r;  // keep call order
+  frame::IoStatus status = frame::writeFrame(fd_, words, bulk, fd);
+  lastWrite_ = std::chrono::steady_clock::now();
+  if (!status.ok) {
+    fail(status.error);
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Connection::post(capnp::MessageBuilder& message) {
+  if (broken_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  auto words = capnp::messageToFlatArray(message);
+  std::unique_lock lock(sendMutex_);
+  bool idle = batch_.empty() && std::chrono::steady_clock::now() - lastWrite_ > kBatchWindow;
+  frame::appendFrame(batch_, words, 0);
+  if (idle || batch_.size() >= kBatchBytes) return flushLocked();  // a lone call goes out at once
+  lock.unlock();
+  batchPending_.notify_one();
+  return CUDA_SUCCESS;
+}
+
+void Connection::runFlusher() {
+  ::prctl(PR_SET_TIMERSLACK, 1000UL);  // 20 µs sleeps, not the default 50 µs slack
+  std::unique_lock lock(sendMutex_);
+  for (;;) {
+    batchPending_.wait(lock, [&] { return closing_ || !batch_.empty(); });
+    if (closing_) return;
+    auto due = lastWrite_ + kBatchWindow;
+    lock.unlock();
+    std::this_thread::sleep_until(due);
+    lock.lock();
+    if (!batch_.empty() && std::chrono::steady_clock::now() >= lastWrite_ + kBatchWindow) flushLocked();
+  }
 }
 
 CUresult Connection::roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply,
@@ -190,6 +249,12 @@ void Connection::receive() {
     switch (root.which()) {
       case wire::ServerMessage::REPLY: {
         uint64_t id = root.getReply().getId();
+        if (uint64_t token = root.getReply().getDataToken(); token != 0 && frame.bulkBytes() != 0) {
+          capnp::MallocMessageBuilder notice(16);
+          auto data = notice.initRoot<wire::HostData>();
+          data.setToken(token);
+          if (!routeHostData(data.asReader(), frame.bulkBytes())) return fail("connection lost during a copy");
+        }
         std::lock_guard lock(pendingMutex_);
         auto it = pending_.find(id);
         if (it != pending_.end()) {
@@ -210,7 +275,8 @@ void Connection::receive() {
       default:
         break;
     }
-    if (frame.bulkBytes() != 0 && !reader_.skip(frame.bulkBytes()).ok) return fail("connection lost");
+    bool bulkConsumed = root.isReply() && root.getReply().getDataToken() != 0;
+    if (!bulkConsumed && frame.bulkBytes() != 0 && !reader_.skip(frame.bulkBytes()).ok) return fail("connection lost");
   }
 }
 

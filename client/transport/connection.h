@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -55,6 +56,10 @@ class Connection {
   uint64_t nextCallId() { return nextCallId_.fetch_add(1); }
   // Sends a message; `bulk` follows it; `fd` rides along as SCM_RIGHTS.
   CUresult send(capnp::MessageBuilder& message, std::span<const iovec> bulk = {}, int fd = -1);
+  // Sends a one-way message without bulk. Right after another write it is batched with the
+  // messages that follow (launch bursts cost one write per batch, not per launch); a batch is
+  // written within kBatchWindow, or sooner by the next send or round trip.
+  CUresult post(capnp::MessageBuilder& message);
   // Sends a message whose call has id `id` and waits for its reply.
   CUresult roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply, std::span<const iovec> bulk = {},
                      int fd = -1);
@@ -78,6 +83,9 @@ class Connection {
   };
 
   Connection(int fd, std::string endpointText);
+  CUresult writeLocked(std::span<const iovec> parts);
+  CUresult flushLocked();
+  void runFlusher();
   bool handshake(const std::string& tenantName, wire::PriorityClass priority, std::string& error);
   void receive();
   bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);
@@ -89,6 +97,11 @@ class Connection {
   kj::Array<capnp::word> welcomeWords_;
   std::unique_ptr<capnp::FlatArrayMessageReader> welcome_;
   std::mutex sendMutex_;
+  std::vector<char> batch_;                        // framed one-way messages not yet written
+  std::chrono::steady_clock::time_point lastWrite_;
+  std::condition_variable batchPending_;
+  bool closing_ = false;
+  std::thread flusher_;
   std::atomic<uint64_t> nextCallId_{1};
   std::atomic<bool> broken_{false};
   std::mutex pendingMutex_;

@@ -48,6 +48,8 @@ class CallContext {
   // Answers later, from any thread: the returned function sends the reply. Captures the
   // deferred error now, while the tenant is still ours to read.
   std::function<void(CUresult, const ReplyFiller&)> replyLater();
+  // Like replyLater, for a reply that carries the copied bytes itself.
+  std::function<void(CUresult, std::vector<iovec>, uint64_t, std::shared_ptr<void>)> replyLaterWithData();
 
   // Bulk bytes that follow the message; false (and the peer is dropped) if too few remain.
   bool readBulk(void* dst, size_t size);
@@ -66,8 +68,10 @@ class CallContext {
   std::string protocolError_;
 };
 
-// Sends a Reply for call `id` on `outbox`.
-void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill);
+// Sends a Reply for call `id` on `outbox`, optionally followed by device-to-host bytes for
+// `dataToken` (kept alive by `keepalive` until written).
+void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill,
+               std::vector<iovec> data = {}, uint64_t dataToken = 0, std::shared_ptr<void> keepalive = {});
 
 // Runs one call; returns false when the session must drop the peer.
 bool dispatch(CallContext& ctx, wire::Call::Reader call);

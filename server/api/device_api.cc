@@ -51,9 +51,14 @@ void getLimit(CallContext& ctx, wire::Limit::Reader args) {
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
   size_t value = 0;
   CUresult r = g->getLimit(static_cast<CUlimit>(args.getLimit()), value);
-  // A tenant sees the value it set, although the shared context may hold a larger one.
+  // A tenant sees the value it set (or tallyd's starting value), although the shared context
+  // may hold a larger one that another tenant asked for.
   auto& requested = ctx.tenant().requestedLimits();
-  if (auto it = requested.find(args.getLimit()); r == CUDA_SUCCESS && it != requested.end()) value = it->second;
+  if (auto it = requested.find(args.getLimit()); r == CUDA_SUCCESS && it != requested.end()) {
+    value = it->second;
+  } else if (size_t initial = g->initialLimit(static_cast<CUlimit>(args.getLimit())); r == CUDA_SUCCESS && initial != 0) {
+    value = initial;
+  }
   ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(value); });
 }
 

@@ -4,18 +4,20 @@
 
 namespace tally::server::api {
 
-void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill) {
+void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill,
+               std::vector<iovec> data, uint64_t dataToken, std::shared_ptr<void> keepalive) {
   capnp::MallocMessageBuilder message(256);
   auto reply = message.initRoot<wire::ServerMessage>().initReply();
   reply.setId(id);
   reply.setStatus(status);
   reply.setDeferredStatus(deferred);
+  reply.setDataToken(dataToken);
   if (fill) {
     fill(reply);
   } else {
     reply.setNone();
   }
-  outbox.send(message);
+  outbox.send(message, std::move(data), std::move(keepalive));
 }
 
 void CallContext::finish(CUresult status, const ReplyFiller& fill) {
@@ -30,6 +32,13 @@ std::function<void(CUresult, const ReplyFiller&)> CallContext::replyLater() {
   if (oneWay()) return [](CUresult, const ReplyFiller&) {};
   return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError()](CUresult status, const ReplyFiller& fill) {
     sendReply(*outbox, id, status, deferred, fill);
+  };
+}
+
+std::function<void(CUresult, std::vector<iovec>, uint64_t, std::shared_ptr<void>)> CallContext::replyLaterWithData() {
+  return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError()](
+             CUresult status, std::vector<iovec> data, uint64_t token, std::shared_ptr<void> keepalive) {
+    sendReply(*outbox, id, status, deferred, {}, std::move(data), token, std::move(keepalive));
   };
 }
 

@@ -93,7 +93,17 @@ CUresult deviceToHostChunk(CallContext& ctx, gpu::Gpu& g, session::StreamState& 
   p.dstMemoryType = CU_MEMORYTYPE_HOST;
   p.dstHost = staging->data();
   p.dstPitch = p.WidthInBytes;
-  if (CUresult r = cuMemcpy2DAsync(&p, s.stream); r != CUDA_SUCCESS) return r;
+  CUresult r = p.Height == 1 ? cuMemcpyDtoHAsync(p.dstHost, p.srcDevice, p.WidthInBytes, s.stream)
+                              : cuMemcpy2DAsync(&p, s.stream);
+  if (r != CUDA_SUCCESS) return r;
+  if (last && offset == 0 && !ctx.oneWay()) {
+    // The whole copy in one piece, waited for: the reply carries the bytes (one frame, one write).
+    return afterStream(ctx, g, s.stream, [reply = ctx.replyLaterWithData(), staging, token, bytes](CUresult status) {
+      std::vector<iovec> data;
+      if (status == CUDA_SUCCESS) data.push_back(iovec{staging->data(), bytes});
+      reply(status, std::move(data), status == CUDA_SUCCESS ? token : 0, staging);
+    });
+  }
   auto reply = last ? ctx.replyLater() : nullptr;
   return afterStream(ctx, g, s.stream, [outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
     if (status == CUDA_SUCCESS) {

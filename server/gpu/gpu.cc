@@ -83,6 +83,11 @@ std::vector<std::unique_ptr<Gpu>> Gpu::openAll(std::string& error) {
 
 Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
     : device_(device), context_(context), description_(std::move(description)) {
+  for (CUlimit limit : {CU_LIMIT_STACK_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE,
+                        CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT}) {
+    size_t value = 0;
+    if (cuCtxGetLimit(&value, limit) == CUDA_SUCCESS) initialLimits_[limit] = value;
+  }
   completions_ = std::make_unique<CompletionQueue>(context_);
   staging_ = std::make_unique<StagingPool>(context_);
   spdlog::info("GPU {}: {} (sm_{}{}), {} MiB, {} SMs", description_.ordinal, description_.name,
@@ -105,6 +110,11 @@ CUresult Gpu::raiseLimit(CUlimit limit, size_t value) {
   if (CUresult r = cuCtxGetLimit(&current, limit); r != CUDA_SUCCESS) return r;
   if (value <= current) return CUDA_SUCCESS;
   return cuCtxSetLimit(limit, value);
+}
+
+size_t Gpu::initialLimit(CUlimit limit) const {
+  auto it = initialLimits_.find(limit);
+  return it == initialLimits_.end() ? 0 : it->second;
 }
 
 CUresult Gpu::getLimit(CUlimit limit, size_t& value) const {

@@ -7,6 +7,7 @@
 
 #include <cuda.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,8 @@ class Gpu {
   // Context-wide limits: only raised, never lowered, so no tenant can shrink another's.
   CUresult raiseLimit(CUlimit limit, size_t value);
   CUresult getLimit(CUlimit limit, size_t& value) const;
+  // The value a limit had when tallyd started: what a tenant that never set it sees.
+  size_t initialLimit(CUlimit limit) const;
 
  private:
   Gpu(CUdevice device, CUcontext context, DeviceDescription description);
@@ -59,6 +62,7 @@ class Gpu {
   std::unique_ptr<CompletionQueue> completions_;
   std::unique_ptr<StagingPool> staging_;
   std::mutex limitMutex_;
+  std::map<int, size_t> initialLimits_;
 };
 
 }  // namespace tally::server::gpu

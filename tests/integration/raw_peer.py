@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Hostile / broken peers for tallyd's Unix socket (standard library only).
+
+    raw_peer.py SOCKET garbage      send an HTTP request line, wait for tallyd to close
+    raw_peer.py SOCKET truncated    send a valid header announcing 64 message bytes, send 10, close
+    raw_peer.py SOCKET oversize     send a header announcing a ~4 GiB message, wait for the close
+    raw_peer.py SOCKET idle         connect, print "idle-connected", then sleep until killed
+    raw_peer.py SOCKET hello FILE   send FILE (a Cap'n Proto message) framed as a Tally frame,
+                                    write the reply frame's message bytes to stdout
+
+Prints "pid=<own pid>" first on stderr so the caller can find tallyd's log line about
+this peer (tallyd logs Unix peers as "unix pid=N uid=N gid=N").
+Exit status: 0 done as described, 3 tallyd kept the connection open too long, 4 bad reply.
+"""
+import os
+import socket
+import struct
+import sys
+import time
+
+MAGIC = 0x544C5931
+HEADER = struct.Struct("<III")  # magic, messageBytes, bulkBytes (little-endian)
+WAIT_S = 5.0
+
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(WAIT_S)
+    s.connect(path)
+    return s
+
+
+def wait_closed(s):
+    """True when tallyd closes (or resets) the connection within WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while time.monotonic() < deadline:
+            if not s.recv(4096):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    path, mode = sys.argv[1], sys.argv[2]
+    print(f"pid={os.getpid()}", file=sys.stderr, flush=True)
+    s = connect(path)
+    if mode == "garbage":
+        s.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        return 0 if wait_closed(s) else 3
+    if mode == "truncated":
+        s.sendall(HEADER.pack(MAGIC, 64, 0) + b"\x00" * 10)
+        s.close()
+        return 0
+    if mode == "oversize":
+        s.sendall(HEADER.pack(MAGIC, 0xFFFFFFF0, 0))
+        return 0 if wait_closed(s) else 3
+    if mode == "idle":
+        print("idle-connected", flush=True)
+        while True:
+            time.sleep(60)
+    if mode == "hello":
+        with open(sys.argv[3], "rb") as f:
+            message = f.read()
+        s.sendall(HEADER.pack(MAGIC, len(message), 0) + message)
+        magic, message_bytes, bulk_bytes = HEADER.unpack(recv_exact(s, HEADER.size))
+        if magic != MAGIC:
+            print(f"reply has bad magic 0x{magic:08x}", file=sys.stderr)
+            return 4
+        sys.stdout.buffer.write(recv_exact(s, message_bytes))
+        recv_exact(s, bulk_bytes)
+        return 0 if wait_closed(s) else 3
+    print(f"unknown mode {mode}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
