@@ -60,15 +60,21 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr || s->gpu != f->gpu) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   // The driver copies parameter values at launch; pointers into the message are enough.
-  std::vector<void*> params(f->params.size());
-  for (size_t i = 0; i < params.size(); ++i) params[i] = const_cast<uint8_t*>(buffer.begin()) + f->params[i].first;
+  std::array<void*, 64> inlineParams;
+  std::vector<void*> manyParams;
+  void** params = inlineParams.data();
+  if (f->params.size() > inlineParams.size()) {
+    manyParams.resize(f->params.size());
+    params = manyParams.data();
+  }
+  for (size_t i = 0; i < f->params.size(); ++i) params[i] = const_cast<uint8_t*>(buffer.begin()) + f->params[i].first;
   CUresult r;
   if (args.getAttributes().size() == 0 && !args.getCooperative()) {
     r = cuLaunchKernel(f->function, args.getGrid().getX(), args.getGrid().getY(), args.getGrid().getZ(),
                        args.getBlock().getX(), args.getBlock().getY(), args.getBlock().getZ(), args.getSharedMem(),
-                       s->stream, params.data(), nullptr);
+                       s->stream, params, nullptr);
   } else {
-    r = launchEx(*f, args, s->stream, params.data());
+    r = launchEx(*f, args, s->stream, params);
   }
   ctx.finish(r);
 }

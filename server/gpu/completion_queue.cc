@@ -1,5 +1,7 @@
 #include "server/gpu/completion_queue.h"
 
+#include "server/gpu/cuda_check.h"
+
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 
@@ -102,7 +104,7 @@ void CompletionQueue::pollOnce(std::vector<Watch>& pending) {
 
 void CompletionQueue::run() {
   ::prctl(PR_SET_TIMERSLACK, 1000UL);  // idle polls of 20 µs, not the default 50 µs slack
-  cuCtxSetCurrent(context_);
+  makeContextCurrent(context_);
   std::vector<Watch> pending;
   auto lastProgress = std::chrono::steady_clock::now();
   for (;;) {

@@ -75,7 +75,7 @@ std::vector<std::unique_ptr<Gpu>> Gpu::openAll(std::string& error) {
       error = fmt::format("cuDevicePrimaryCtxRetain({}) failed: {}", i, describe(r));
       continue;
     }
-    cuCtxSetCurrent(context);
+    makeContextCurrent(context);
     gpus.emplace_back(new Gpu(device, context, describeDevice(i, device)));
   }
   return gpus;
@@ -101,7 +101,14 @@ Gpu::~Gpu() {
   cuDevicePrimaryCtxRelease(device_);
 }
 
-void Gpu::makeCurrent() const { cuCtxSetCurrent(context_); }
+void makeContextCurrent(CUcontext context) {
+  // Tenant threads switch devices rarely; skip the driver call when nothing changes.
+  thread_local CUcontext current = nullptr;
+  if (current == context) return;
+  if (cuCtxSetCurrent(context) == CUDA_SUCCESS) current = context;
+}
+
+void Gpu::makeCurrent() const { makeContextCurrent(context_); }
 
 CUresult Gpu::raiseLimit(CUlimit limit, size_t value) {
   std::lock_guard lock(limitMutex_);

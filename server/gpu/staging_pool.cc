@@ -1,5 +1,7 @@
 #include "server/gpu/staging_pool.h"
 
+#include "server/gpu/cuda_check.h"
+
 #include <bit>
 #include <cstdlib>
 
@@ -11,7 +13,7 @@ StagingPool::StagingPool(CUcontext context, size_t maxPooledBytes)
     : context_(context), maxPooledBytes_(maxPooledBytes) {}
 
 StagingPool::~StagingPool() {
-  cuCtxSetCurrent(context_);
+  makeContextCurrent(context_);
   for (auto& [size, buffers] : free_) {
     for (void* p : buffers) cuMemFreeHost(p);
   }
@@ -31,7 +33,7 @@ std::shared_ptr<StagingBuffer> StagingPool::take(size_t size) {
     }
     if (pooledBytes_ + capacity <= maxPooledBytes_) {
       void* p = nullptr;
-      cuCtxSetCurrent(context_);
+      makeContextCurrent(context_);
       if (cuMemHostAlloc(&p, capacity, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
         pooledBytes_ += capacity;
         return std::make_shared<StagingBuffer>(this, p, capacity, true);
