@@ -2,6 +2,7 @@
 // with tallyd through a memfd on Unix sockets (so copies to and from it are DMA at native
 // speed and happen in stream order), and travels as bulk bytes otherwise.
 #include "client/api/api_util.h"
+#include "client/runtime/staging_ring.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -68,29 +69,15 @@ CUresult allocateHost(void** out, size_t size, unsigned flags = 0) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   size_t rounded = (std::max<size_t>(size, 1) + 4095) / 4096 * 4096;
   if (rt().sharedHostMemory()) {
-    int fd = ::memfd_create("tally-pinned", MFD_CLOEXEC);
-    void* p = MAP_FAILED;
-    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(rounded)) == 0) {
-      p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* p = nullptr;
+    uint64_t serverAddress = 0;
+    CUresult r = rt().mapSharedHostMemory(rounded, p, serverAddress);
+    if (r == CUDA_SUCCESS) {
+      rt().addHostRegion(p, HostRegion{rounded, flags, true, serverAddress});
+      *out = p;
+      return CUDA_SUCCESS;
     }
-    if (p != MAP_FAILED) {
-      ReplyMessage reply;
-      CUresult r = rt().call([&](wire::Call::Builder c) {
-        auto reg = c.initHostRegister();
-        reg.setClientAddress(reinterpret_cast<uint64_t>(p));
-        reg.setSize(rounded);
-      }, &reply, {}, fd);
-      ::close(fd);
-      if (r == CUDA_SUCCESS) {
-        rt().addHostRegion(p, HostRegion{rounded, flags, true, reply.reply().getValue()});
-        *out = p;
-        return CUDA_SUCCESS;
-      }
-      ::munmap(p, rounded);
-      spdlog::warn("tally: tallyd could not map pinned memory ({}); using unshared memory", static_cast<int>(r));
-    } else if (fd >= 0) {
-      ::close(fd);
-    }
+    spdlog::warn("tally: tallyd could not map pinned memory ({}); using unshared memory", static_cast<int>(r));
   }
   void* p = std::aligned_alloc(4096, rounded);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -157,6 +144,10 @@ CUresult copyToDevice(const Copy2D& c, uint64_t stream, bool sync) {
   // Bytes are taken now, so the callbacks enqueued before this copy must have run (natively
   // the copy reads the buffer when the stream reaches it, after them).
   rt().waitForHostCallbacks();
+  if (sync && c.height == 1 && c.width >= StagingRing::kMinBytes && rt().stagingRing() != nullptr) {
+    auto r = rt().stagingRing()->toDevice(c.dst, reinterpret_cast<const char*>(c.src), c.width, stream);
+    if (r) return *r;
+  }
   if (c.height == 1 && c.width > kBulkChunk) {  // a flat copy: pieces of kBulkChunk bytes
     for (size_t done = 0; done < c.width; done += kBulkChunk) {
       size_t bytes = std::min(kBulkChunk, c.width - done);
@@ -199,6 +190,11 @@ CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
       fillCopy(m, wire::CopyKind::DEVICE_TO_HOST, stream, c);
       m.setHostShared(true);
     }, sync);
+  }
+  if (!region && c.height == 1 && c.width >= StagingRing::kMinBytes && rt().stagingRing() != nullptr) {
+    // Pageable destination: natively synchronous anyway, so the shared slots can carry it.
+    auto r = rt().stagingRing()->toHost(reinterpret_cast<char*>(c.dst), c.src, c.width, stream);
+    if (r) return *r;
   }
   bool packed = c.dstPitch == c.width || c.height <= 1;
   // Pageable destinations are synchronous natively too; only unshared pinned memory is async.

@@ -1,11 +1,14 @@
 #include "client/runtime/client_runtime.h"
 
+#include "client/runtime/staging_ring.h"
+
 #include "common/fatbin/fatbin.h"
 #include "common/hash/content_hash.h"
 #include "common/log/log.h"
 
 #include <capnp/message.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -74,6 +77,9 @@ ClientRuntime& ClientRuntime::get() {
   return *runtime;
 }
 
+ClientRuntime::ClientRuntime() = default;
+ClientRuntime::~ClientRuntime() = default;
+
 // --- connection ------------------------------------------------------------------------
 
 void ClientRuntime::connect() {
@@ -114,6 +120,7 @@ void ClientRuntime::connect() {
   }
   connection_->setHostFuncHandler([this](const HostFuncNotice& n) { runHostFunc(n); });
   connectStatus_ = CUDA_SUCCESS;
+  if (sharedHostMemory_) stagingRing_ = StagingRing::open(*this);
 }
 
 CUresult ClientRuntime::ready() {
@@ -157,6 +164,50 @@ CUresult ClientRuntime::sync(const CallBuilder& build, ReplyMessage* reply, std:
   CUresult own = call(build, reply, bulk);
   CUresult earlier = static_cast<CUresult>(pendingAsyncError_.exchange(CUDA_SUCCESS));
   return own != CUDA_SUCCESS ? own : earlier;
+}
+
+CUresult ClientRuntime::startCall(Connection::PendingCall& pending, const CallBuilder& build) {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  capnp::MallocMessageBuilder message(128);
+  pending.id = connection_->nextCallId();
+  buildCall(message, pending.id, build);
+  return connection_->startCall(pending, message);
+}
+
+CUresult ClientRuntime::finishCall(Connection::PendingCall& pending) {
+  ReplyMessage reply;
+  if (CUresult r = connection_->finishCall(pending, reply); r != CUDA_SUCCESS) return r;
+  if (int deferred = reply.reply().getDeferredStatus(); deferred != CUDA_SUCCESS) {
+    int expected = CUDA_SUCCESS;
+    pendingAsyncError_.compare_exchange_strong(expected, deferred);
+  }
+  return static_cast<CUresult>(reply.reply().getStatus());
+}
+
+CUresult ClientRuntime::mapSharedHostMemory(size_t size, void*& out, uint64_t& serverAddress) {
+  int fd = ::memfd_create("tally-host", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* p = ::ftruncate(fd, static_cast<off_t>(size)) == 0
+                ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)
+                : MAP_FAILED;
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ReplyMessage reply;
+  CUresult r = call([&](wire::Call::Builder c) {
+    auto reg = c.initHostRegister();
+    reg.setClientAddress(reinterpret_cast<uint64_t>(p));
+    reg.setSize(size);
+  }, &reply, {}, fd);
+  ::close(fd);
+  if (r != CUDA_SUCCESS) {
+    ::munmap(p, size);
+    return r;
+  }
+  out = p;
+  serverAddress = reply.reply().getValue();
+  return CUDA_SUCCESS;
 }
 
 void ClientRuntime::runHostFunc(const HostFuncNotice& notice) {

@@ -70,6 +70,17 @@ class ClientRuntime {
   void hostCallbackEnqueued() { hostCallbacksEnqueued_.fetch_add(1); }
   void waitForHostCallbacks();
 
+  // Round trips whose replies are awaited later (pipelined copies); `pending.id` is set here.
+  CUresult startCall(Connection::PendingCall& pending, const CallBuilder& build);
+  CUresult finishCall(Connection::PendingCall& pending);
+
+  // Host memory shared with tallyd (Unix sockets): a memfd of `size` bytes mapped here and
+  // registered there. `serverAddress` is its device-visible address in tallyd (0 if the driver
+  // could not register it).
+  CUresult mapSharedHostMemory(size_t size, void*& out, uint64_t& serverAddress);
+  // The staging area for pageable copies, or nullptr when memory cannot be shared.
+  class StagingRing* stagingRing() { return stagingRing_.get(); }
+
   // --- devices ----------------------------------------------------------------------
   int deviceCount() const { return static_cast<int>(devices_.size()); }
   const DeviceView& device(int ordinal) const { return devices_[ordinal]; }
@@ -104,12 +115,14 @@ class ClientRuntime {
   CUresult unloadModule(ModuleHandle* module);
 
  private:
-  ClientRuntime() = default;
+  ClientRuntime();
+  ~ClientRuntime();
   void connect();
   void runHostFunc(const HostFuncNotice& notice);
   CUresult ensureFatbinModule(FatbinRecord& fatbin, uint32_t device, ModuleHandle*& out);
   CUresult sendModule(const std::string& image, bool ptx, uint32_t device, ModuleHandle*& out);
 
+  std::unique_ptr<class StagingRing> stagingRing_;
   std::once_flag connectOnce_;
   CUresult connectStatus_ = CUDA_ERROR_NOT_INITIALIZED;
   std::unique_ptr<Connection> connection_;

@@ -173,27 +173,41 @@ void Connection::runFlusher() {
   }
 }
 
-CUresult Connection::roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply,
-                               std::span<const iovec> bulk, int fd) {
-  Pending pending;
+CUresult Connection::startCall(PendingCall& pending, capnp::MessageBuilder& message, std::span<const iovec> bulk,
+                               int fd) {
+  pending.state.store(0);
   {
     std::lock_guard lock(pendingMutex_);
-    pending_[id] = &pending;
+    pending_[pending.id] = &pending;
   }
   CUresult sent = send(message, bulk, fd);
-  if (sent == CUDA_SUCCESS) {
-    for (int i = 0; i < kSpinIterations && pending.state.load(std::memory_order_acquire) == 0; ++i) {
-      __builtin_ia32_pause();
-    }
-    pending.state.wait(0, std::memory_order_acquire);
+  if (sent != CUDA_SUCCESS) {
+    std::lock_guard lock(pendingMutex_);
+    pending_.erase(pending.id);
   }
+  return sent;
+}
+
+CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
+  for (int i = 0; i < kSpinIterations && pending.state.load(std::memory_order_acquire) == 0; ++i) {
+    __builtin_ia32_pause();
+  }
+  pending.state.wait(0, std::memory_order_acquire);
   {
     std::lock_guard lock(pendingMutex_);
-    pending_.erase(id);
+    pending_.erase(pending.id);
   }
-  if (sent != CUDA_SUCCESS || pending.state.load() != 1) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  if (pending.state.load() != 1) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   reply = ReplyMessage(std::move(pending.words));
   return CUDA_SUCCESS;
+}
+
+CUresult Connection::roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply,
+                               std::span<const iovec> bulk, int fd) {
+  PendingCall pending;
+  pending.id = id;
+  if (CUresult r = startCall(pending, message, bulk, fd); r != CUDA_SUCCESS) return r;
+  return finishCall(pending, reply);
 }
 
 uint64_t Connection::expectHostData(void* dst, size_t size) {

@@ -60,6 +60,16 @@ class Connection {
   // messages that follow (launch bursts cost one write per batch, not per launch); a batch is
   // written within kBatchWindow, or sooner by the next send or round trip.
   CUresult post(capnp::MessageBuilder& message);
+  // A call in flight: lets a caller keep several calls outstanding (pipelined copies).
+  struct PendingCall {
+    uint64_t id = 0;
+    std::atomic<int> state{0};  // 0 waiting, 1 done, 2 failed
+    kj::Array<capnp::word> words;
+  };
+  // Sends a message whose call has id `pending.id`; its reply is awaited with finishCall.
+  CUresult startCall(PendingCall& pending, capnp::MessageBuilder& message, std::span<const iovec> bulk = {},
+                     int fd = -1);
+  CUresult finishCall(PendingCall& pending, ReplyMessage& reply);
   // Sends a message whose call has id `id` and waits for its reply.
   CUresult roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply, std::span<const iovec> bulk = {},
                      int fd = -1);
@@ -72,10 +82,6 @@ class Connection {
   void setHostFuncHandler(std::function<void(const HostFuncNotice&)> handler);
 
  private:
-  struct Pending {
-    std::atomic<int> state{0};  // 0 waiting, 1 done, 2 failed
-    kj::Array<capnp::word> words;
-  };
   struct HostDestination {
     char* dst;
     size_t size;
@@ -105,7 +111,7 @@ class Connection {
   std::atomic<uint64_t> nextCallId_{1};
   std::atomic<bool> broken_{false};
   std::mutex pendingMutex_;
-  std::unordered_map<uint64_t, Pending*> pending_;
+  std::unordered_map<uint64_t, PendingCall*> pending_;
   std::mutex hostDataMutex_;
   std::unordered_map<uint64_t, HostDestination> hostData_;
   std::atomic<uint64_t> nextToken_{1};
