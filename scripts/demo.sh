@@ -14,7 +14,7 @@
 #              1 something else failed.
 # Every wait is bounded (tallyd start 10 s, each client run 120 s, tallyd stop 5 s).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
 BUILD=build
 NO_GPU_MSG='no GPU is visible to tallyd'

@@ -120,7 +120,6 @@ void ClientRuntime::connect() {
   }
   connection_->setHostFuncHandler([this](const HostFuncNotice& n) { runHostFunc(n); });
   connectStatus_ = CUDA_SUCCESS;
-  if (sharedHostMemory_) stagingRing_ = StagingRing::open(*this);
 }
 
 CUresult ClientRuntime::ready() {
@@ -182,6 +181,12 @@ CUresult ClientRuntime::finishCall(Connection::PendingCall& pending) {
     pendingAsyncError_.compare_exchange_strong(expected, deferred);
   }
   return static_cast<CUresult>(reply.reply().getStatus());
+}
+
+StagingRing* ClientRuntime::stagingRing() {
+  if (!sharedHostMemory_ || ready() != CUDA_SUCCESS) return nullptr;
+  std::call_once(stagingRingOnce_, [this] { stagingRing_ = StagingRing::open(*this); });
+  return stagingRing_.get();
 }
 
 CUresult ClientRuntime::mapSharedHostMemory(size_t size, void*& out, uint64_t& serverAddress) {

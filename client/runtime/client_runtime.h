@@ -78,8 +78,9 @@ class ClientRuntime {
   // registered there. `serverAddress` is its device-visible address in tallyd (0 if the driver
   // could not register it).
   CUresult mapSharedHostMemory(size_t size, void*& out, uint64_t& serverAddress);
-  // The staging area for pageable copies, or nullptr when memory cannot be shared.
-  class StagingRing* stagingRing() { return stagingRing_.get(); }
+  // The staging area for pageable copies, or nullptr when memory cannot be shared. Opened on
+  // first use, after the handshake (opening it is itself a call).
+  class StagingRing* stagingRing();
 
   // --- devices ----------------------------------------------------------------------
   int deviceCount() const { return static_cast<int>(devices_.size()); }
@@ -122,6 +123,7 @@ class ClientRuntime {
   CUresult ensureFatbinModule(FatbinRecord& fatbin, uint32_t device, ModuleHandle*& out);
   CUresult sendModule(const std::string& image, bool ptx, uint32_t device, ModuleHandle*& out);
 
+  std::once_flag stagingRingOnce_;
   std::unique_ptr<class StagingRing> stagingRing_;
   std::once_flag connectOnce_;
   CUresult connectStatus_ = CUDA_ERROR_NOT_INITIALIZED;

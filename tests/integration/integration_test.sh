@@ -87,8 +87,8 @@ tcp_listening() {  # tcp_listening PORT: is something LISTENing on 127.0.0.1:POR
 
 start_tallyd() {
   [[ -x $TALLYD ]] || fail "tallyd not built: $TALLYD"
-  local attempt
-  for attempt in 1 2 3; do
+  local _attempt
+  for _attempt in 1 2 3; do
     PORT=$(pick_port) || fail "no free TCP port"
     "$TALLYD" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" >"$LOG" 2>&1 &
     TALLYD_PID=$!
