@@ -41,15 +41,9 @@ CUresult setFunctionAttribute(FunctionHandle* f, int attribute, int value) {
 
 CUresult occupancy(FunctionHandle* f, int* blocks, int blockSize, size_t dynamicSmem, unsigned flags) {
   if (f == nullptr || blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ReplyMessage reply;
-  CUresult r = rt().call([&](wire::Call::Builder c) {
-    auto o = c.initOccupancy();
-    o.setFunction(f->id);
-    o.setBlockSize(blockSize);
-    o.setDynamicSmem(dynamicSmem);
-    o.setFlags(flags);
-  }, &reply);
-  if (r == CUDA_SUCCESS) *blocks = static_cast<int>(reply.reply().getValue());
+  uint64_t value = 0;
+  CUresult r = rt().queryOccupancy(*f, {blockSize, dynamicSmem, flags, false, 0}, value);
+  if (r == CUDA_SUCCESS) *blocks = static_cast<int>(value);
   return r;
 }
 
@@ -172,15 +166,9 @@ TALLY_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, c
     if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
     FunctionHandle* f = nullptr;
     if (CUresult r = runtimeFunction(func, f); r != CUDA_SUCCESS) return r;
-    ReplyMessage reply;
-    CUresult r = rt().call([&](wire::Call::Builder c) {
-      auto o = c.initOccupancy();
-      o.setFunction(f->id);
-      o.setAvailableDynamicSmem(true);
-      o.setNumBlocks(numBlocks);
-      o.setBlockSize(blockSize);
-    }, &reply);
-    if (r == CUDA_SUCCESS) *bytes = reply.reply().getValue();
+    uint64_t value = 0;
+    CUresult r = rt().queryOccupancy(*f, {blockSize, 0, 0, true, numBlocks}, value);
+    if (r == CUDA_SUCCESS) *bytes = value;
     return r;
   });
 }

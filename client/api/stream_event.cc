@@ -11,23 +11,8 @@ ClientRuntime& rt() { return ClientRuntime::get(); }
 CUresult createStream(CUstream* out, unsigned flags, int priority) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
-  auto* s = new StreamHandle();
-  s->id = rt().newHandleId();
-  s->device = currentDevice();
-  s->flags = flags;
-  const DeviceView& d = rt().device(static_cast<int>(s->device));
-  s->priority = std::clamp(priority, d.streamPriorityGreatest, d.streamPriorityLeast);
-  CUresult r = rt().post([&](wire::Call::Builder c) {
-    auto create = c.initStreamCreate();
-    create.setDevice(s->device);
-    create.setStream(s->id);
-    create.setNonBlocking((flags & CU_STREAM_NON_BLOCKING) != 0);
-    create.setPriority(s->priority);
-  });
-  if (r != CUDA_SUCCESS) {
-    delete s;
-    return r;
-  }
+  StreamHandle* s = rt().createStream(currentDevice(), flags, priority);
+  if (s == nullptr) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   *out = reinterpret_cast<CUstream>(s);
   return CUDA_SUCCESS;
 }

@@ -247,26 +247,32 @@ uint64_t ClientRuntime::streamId(CUstream stream) {
   }
   if (raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
     ThreadState& t = threadState();
-    if (t.perThreadStream == nullptr) {
-      auto* s = new StreamHandle();
-      s->id = newHandleId();
-      s->device = static_cast<uint32_t>(t.device);
-      CUresult r = post([&](wire::Call::Builder c) {
-        auto create = c.initStreamCreate();
-        create.setDevice(s->device);
-        create.setStream(s->id);
-        create.setNonBlocking(false);
-      });
-      if (r != CUDA_SUCCESS) {
-        delete s;
-        return 0;
-      }
-      t.perThreadStream = s;
-    }
-    return t.perThreadStream->id;
+    if (t.perThreadStream == nullptr) t.perThreadStream = createStream(static_cast<uint32_t>(t.device), 0, 0);
+    return t.perThreadStream != nullptr ? t.perThreadStream->id : 0;
   }
   StreamHandle* s = checkedHandle<StreamHandle>(stream, HandleMagic::kStream);
   return s != nullptr ? s->id : 0;
+}
+
+StreamHandle* ClientRuntime::createStream(uint32_t device, unsigned flags, int priority) {
+  auto* s = new StreamHandle();
+  s->id = newHandleId();
+  s->device = device;
+  s->flags = flags;
+  const DeviceView& d = devices_[device];
+  s->priority = std::clamp(priority, d.streamPriorityGreatest, d.streamPriorityLeast);
+  CUresult r = post([&](wire::Call::Builder c) {
+    auto create = c.initStreamCreate();
+    create.setDevice(device);
+    create.setStream(s->id);
+    create.setNonBlocking((flags & CU_STREAM_NON_BLOCKING) != 0);
+    create.setPriority(s->priority);
+  });
+  if (r != CUDA_SUCCESS) {
+    delete s;
+    return nullptr;
+  }
+  return s;
 }
 
 uint32_t ClientRuntime::streamDevice(CUstream stream) {
@@ -288,13 +294,23 @@ bool ClientRuntime::removeDeviceRegion(CUdeviceptr base) {
   return deviceRegions_.erase(base) != 0;
 }
 
-std::optional<std::pair<CUdeviceptr, DeviceRegion>> ClientRuntime::findDeviceRegion(uint64_t address) {
-  std::lock_guard lock(tablesMutex_);
-  auto it = deviceRegions_.upper_bound(address);
-  if (it == deviceRegions_.begin()) return std::nullopt;
+namespace {
+// The entry whose [base, base + size) holds `address` in a map keyed by base.
+template <typename Map>
+std::optional<typename Map::value_type> findRange(const Map& map, typename Map::key_type address) {
+  auto it = map.upper_bound(address);
+  if (it == map.begin()) return std::nullopt;
   --it;
   if (address - it->first >= std::max<size_t>(it->second.size, 1)) return std::nullopt;
   return *it;
+}
+}  // namespace
+
+std::optional<std::pair<CUdeviceptr, DeviceRegion>> ClientRuntime::findDeviceRegion(uint64_t address) {
+  std::lock_guard lock(tablesMutex_);
+  auto found = findRange(deviceRegions_, address);
+  if (!found) return std::nullopt;
+  return std::pair<CUdeviceptr, DeviceRegion>(found->first, found->second);
 }
 
 void ClientRuntime::addHostRegion(const void* base, HostRegion region) {
@@ -312,13 +328,10 @@ std::optional<HostRegion> ClientRuntime::removeHostRegion(const void* base) {
 }
 
 std::optional<std::pair<uintptr_t, HostRegion>> ClientRuntime::findHostRegion(const void* address) {
-  auto a = reinterpret_cast<uintptr_t>(address);
   std::lock_guard lock(tablesMutex_);
-  auto it = hostRegions_.upper_bound(a);
-  if (it == hostRegions_.begin()) return std::nullopt;
-  --it;
-  if (a - it->first >= std::max<size_t>(it->second.size, 1)) return std::nullopt;
-  return *it;
+  auto found = findRange(hostRegions_, reinterpret_cast<uintptr_t>(address));
+  if (!found) return std::nullopt;
+  return std::pair<uintptr_t, HostRegion>(found->first, found->second);
 }
 
 // --- registration --------------------------------------------------------------------------
@@ -532,6 +545,21 @@ CUresult ClientRuntime::variableAddress(VariableRecord* variable, uint32_t devic
   out = variable->addresses[device] = reply.reply().getGlobal().getPtr();
   addDeviceRegion(out, reply.reply().getGlobal().getSize(), device);
   return CUDA_SUCCESS;
+}
+
+CUresult ClientRuntime::queryOccupancy(const FunctionHandle& f, const OccupancyQuery& q, uint64_t& value) {
+  ReplyMessage reply;
+  CUresult r = call([&](wire::Call::Builder c) {
+    auto o = c.initOccupancy();
+    o.setFunction(f.id);
+    o.setBlockSize(q.blockSize);
+    o.setDynamicSmem(q.dynamicSmem);
+    o.setFlags(q.flags);
+    o.setAvailableDynamicSmem(q.availableDynamicSmem);
+    o.setNumBlocks(q.numBlocks);
+  }, &reply);
+  if (r == CUDA_SUCCESS) value = reply.reply().getValue();
+  return r;
 }
 
 CUresult ClientRuntime::unloadModule(ModuleHandle* module) {

@@ -89,6 +89,8 @@ class ClientRuntime {
   int driverVersion() const { return driverVersion_; }
 
   // --- streams ----------------------------------------------------------------------
+  // Creates a stream handle on `device` (one-way: the id is ours); nullptr if it cannot be sent.
+  StreamHandle* createStream(uint32_t device, unsigned flags, int priority);
   // Wire id of a stream handle (legacy default / per-thread / created), 0 if invalid.
   uint64_t streamId(CUstream stream);
   uint32_t streamDevice(CUstream stream);
@@ -109,6 +111,14 @@ class ClientRuntime {
   VariableRecord* variableFor(const void* hostVariable);
 
   // --- modules ------------------------------------------------------------------------
+  struct OccupancyQuery {
+    int blockSize = 0;
+    size_t dynamicSmem = 0;
+    unsigned flags = 0;
+    bool availableDynamicSmem = false;  // ask for bytes of dynamic smem left with numBlocks
+    int numBlocks = 0;
+  };
+  CUresult queryOccupancy(const FunctionHandle& f, const OccupancyQuery& q, uint64_t& value);
   CUresult loadModuleImage(const void* image, uint32_t device, ModuleHandle*& out);
   CUresult functionOf(ModuleHandle* module, const char* name, FunctionHandle*& out);
   CUresult functionOf(KernelRecord* kernel, uint32_t device, FunctionHandle*& out);
