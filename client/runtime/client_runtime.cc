@@ -222,7 +222,6 @@ void ClientRuntime::runHostFunc(const HostFuncNotice& notice) {
     (*callback)();
     delete callback;
     hostCallbacksRun_.fetch_add(1);
-    hostCallbacksRun_.notify_all();
     post([&](wire::Call::Builder c) {
       auto done = c.initHostFuncDone();
       done.setStream(notice.stream);
@@ -232,9 +231,10 @@ void ClientRuntime::runHostFunc(const HostFuncNotice& notice) {
 }
 
 void ClientRuntime::waitForHostCallbacks() {
+  // Polled rather than waited on: a broken connection means they never run.
   uint64_t target = hostCallbacksEnqueued_.load();
-  for (uint64_t run = hostCallbacksRun_.load(); run < target && !connection_->broken(); run = hostCallbacksRun_.load()) {
-    hostCallbacksRun_.wait(run);
+  while (hostCallbacksRun_.load() < target && !connection_->broken()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
@@ -350,7 +350,10 @@ void ClientRuntime::registerKernel(FatbinRecord* fatbin, const void* hostFunctio
   record->deviceName = deviceName;
   record->hostFunction = hostFunction;
   std::lock_guard lock(registryMutex_);
-  kernels_[hostFunction] = std::move(record);
+  kernelRecords_.insert(record.get());
+  auto& slot = kernels_[hostFunction];
+  if (slot) kernelRecords_.erase(slot.get());
+  slot = std::move(record);
 }
 
 void ClientRuntime::registerVariable(FatbinRecord* fatbin, const void* hostVariable, const char* deviceName, size_t size) {
@@ -363,15 +366,12 @@ void ClientRuntime::registerVariable(FatbinRecord* fatbin, const void* hostVaria
 }
 
 KernelRecord* ClientRuntime::kernelFor(const void* hostFunctionOrKernel) {
-  {
-    std::lock_guard lock(registryMutex_);
-    auto it = kernels_.find(hostFunctionOrKernel);
-    if (it != kernels_.end()) return it->second.get();
-  }
-  // A cudaKernel_t from __cudaGetKernel is one of our records; check it is before reading it.
   std::lock_guard lock(registryMutex_);
-  for (auto& [host, record] : kernels_) {
-    if (record.get() == hostFunctionOrKernel) return record.get();
+  auto it = kernels_.find(hostFunctionOrKernel);
+  if (it != kernels_.end()) return it->second.get();
+  // A cudaKernel_t from __cudaGetKernel is one of our records; check it is before using it.
+  if (kernelRecords_.count(hostFunctionOrKernel) != 0) {
+    return static_cast<KernelRecord*>(const_cast<void*>(hostFunctionOrKernel));
   }
   return nullptr;
 }

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace tally::client {
@@ -152,7 +153,8 @@ class ClientRuntime {
 
   std::mutex registryMutex_;
   std::vector<std::unique_ptr<FatbinRecord>> fatbins_;
-  std::unordered_map<const void*, std::unique_ptr<KernelRecord>> kernels_;
+  std::unordered_map<const void*, std::unique_ptr<KernelRecord>> kernels_;  // by host function
+  std::unordered_set<const void*> kernelRecords_;  // the records themselves (cudaKernel_t)
   std::unordered_map<const void*, std::unique_ptr<VariableRecord>> variables_;
 };
 

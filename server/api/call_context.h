@@ -53,6 +53,9 @@ class CallContext {
 
   // Bulk bytes that follow the message; false (and the peer is dropped) if too few remain.
   bool readBulk(void* dst, size_t size);
+  // Consumes bulk bytes of a call that is refused, so the stream stays framed.
+  bool skipBulk(size_t size);
+  uint32_t bulkLeft() const { return bulkLeft_; }
   int takeFd() { return reader_.takeFd(); }
   // Set when the call proved the peer broken or hostile; the session then drops it.
   void protocolError(std::string why) { protocolError_ = std::move(why); }

@@ -35,6 +35,8 @@ std::function<void(CUresult, const ReplyFiller&)> CallContext::replyLater() {
   };
 }
 
+bool CallContext::skipBulk(size_t size) { return readBulk(nullptr, size); }
+
 std::function<void(CUresult, std::vector<iovec>, uint64_t, std::shared_ptr<void>)> CallContext::replyLaterWithData() {
   return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError()](
              CUresult status, std::vector<iovec> data, uint64_t token, std::shared_ptr<void> keepalive) {
@@ -47,7 +49,7 @@ bool CallContext::readBulk(void* dst, size_t size) {
     protocolError_ = "call needs " + std::to_string(size) + " bulk bytes but the frame has " + std::to_string(bulkLeft_);
     return false;
   }
-  frame::IoStatus status = reader_.read(dst, size);
+  frame::IoStatus status = dst != nullptr ? reader_.read(dst, size) : reader_.skip(size);
   if (!status.ok) {
     protocolError_ = status.error;
     return false;

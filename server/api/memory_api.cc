@@ -63,7 +63,10 @@ void hostToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, sess
   } else {
     p.srcPitch = shape.width;  // bulk rows are packed
     staging = g.staging().take(shape.bytes());
-    if (!staging) return ctx.finish(CUDA_ERROR_OUT_OF_MEMORY);
+    if (!staging) {
+      if (ctx.skipBulk(shape.bytes())) ctx.finish(CUDA_ERROR_OUT_OF_MEMORY);
+      return;
+    }
     if (!ctx.readBulk(staging->data(), shape.bytes())) return;
     p.srcHost = staging->data();
   }
@@ -168,16 +171,15 @@ void deviceToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, se
 
 void copy(CallContext& ctx, wire::Memcpy::Reader args) {
   CopyShape shape{args.getWidth(), std::max<uint64_t>(args.getHeight(), 1)};
+  if (shape.width != 0 && shape.height > SIZE_MAX / shape.width) return ctx.protocolError("memcpy shape overflows");
   bool toDevice = args.getKind() != wire::CopyKind::DEVICE_TO_HOST;
   uint64_t devicePtr = toDevice ? args.getDst() : args.getSrc();
   uint64_t devicePitch = toDevice ? args.getDstPitch() : args.getSrcPitch();
   gpu::Gpu* g = ctx.tenant().ownerOf(devicePtr, pitchedExtent(devicePitch != 0 ? devicePitch : shape.width, shape));
   // Bulk that arrived for a refused copy must still be consumed to keep the stream framed.
   auto refuse = [&](CUresult r) {
-    if (args.getKind() == wire::CopyKind::HOST_TO_DEVICE && !args.getHostShared()) {
-      std::string sink(shape.bytes(), '\0');
-      if (!ctx.readBulk(sink.data(), sink.size())) return;
-    }
+    bool bulkFollows = args.getKind() == wire::CopyKind::HOST_TO_DEVICE && !args.getHostShared();
+    if (bulkFollows && !ctx.skipBulk(shape.bytes())) return;
     ctx.finish(r);
   };
   if (g == nullptr) return refuse(CUDA_ERROR_INVALID_VALUE);

@@ -17,7 +17,8 @@ constexpr size_t kMaxImageBytes = 512u << 20;
 
 void loadModule(CallContext& ctx, wire::ModuleLoad::Reader args) {
   auto hashBytes = args.getHash();
-  if (hashBytes.size() != sizeof(hash::ContentHash) || args.getImageSize() > kMaxImageBytes) {
+  if (hashBytes.size() != sizeof(hash::ContentHash) || args.getImageSize() > kMaxImageBytes ||
+      (args.getHasImage() && args.getImageSize() > ctx.bulkLeft())) {
     return ctx.protocolError("moduleLoad with a malformed hash or an oversized image");
   }
   hash::ContentHash hash;

@@ -5,6 +5,8 @@
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 namespace tally::server::session {
 
@@ -12,11 +14,21 @@ namespace {
 constexpr size_t kInlineLimit = 64 << 10;
 }
 
-Outbox::Outbox(int fd) : fd_(fd) { writer_ = std::thread([this] { run(); }); }
+namespace {
+// A client that stops reading must not hold a GPU's completion thread for long: writes that
+// make no progress for this long fail, and the tenant is dropped.
+constexpr timeval kSendTimeout{5, 0};
+}  // namespace
+
+Outbox::Outbox(int fd) : fd_(fd) {
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &kSendTimeout, sizeof(kSendTimeout));
+  writer_ = std::thread([this] { run(); });
+}
 
 Outbox::~Outbox() {
   close();
   writer_.join();
+  ::close(fd_);
 }
 
 void Outbox::close() {

@@ -21,6 +21,7 @@ namespace tally::server::session {
 
 class Outbox {
  public:
+  // Takes ownership of `fd` (closed when the last holder lets go of the outbox).
   explicit Outbox(int fd);
   ~Outbox();
   Outbox(const Outbox&) = delete;

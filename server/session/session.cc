@@ -21,7 +21,8 @@ Session::~Session() {
   } else {
     join();
   }
-  ::close(fd_);
+  // The socket is closed by the Outbox, which completion callbacks may still hold: closing it
+  // here could let the number be reused by another tenant's connection while they write.
 }
 
 void Session::start(std::function<void(Session&)> onExit) {
