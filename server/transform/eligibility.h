@@ -1,0 +1,23 @@
+// Eligibility analysis: which kernels (.entry) the transforms may rewrite, and why not.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/transform/ptx.h"
+
+namespace tally::server::transform {
+
+struct Eligibility {
+  std::string kernel;
+  bool eligible = false;
+  std::string reason;  // empty when eligible
+};
+
+// One result per .entry with a body, in module order.
+std::vector<Eligibility> analyzeModule(const Module& module);
+
+// The same for one kernel of `module` (which must be one of its functions).
+Eligibility analyzeKernel(const Module& module, const Function& kernel);
+
+}  // namespace tally::server::transform
