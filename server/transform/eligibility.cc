@@ -60,7 +60,6 @@ FunctionFacts scan(const Function& f) {
   if (auto r = attributeReason(f)) facts.reason = r;
   for (const Statement& s : f.body) {
     if (facts.reason) break;
-    const Tokens* groups[1] = {&s.tokens};
     if (s.kind == StatementKind::kInstruction) {
       if (auto r = opcodeReason(s.opcode)) facts.reason = r;
       for (const Operand& op : s.operands) {
@@ -70,7 +69,7 @@ FunctionFacts scan(const Function& f) {
         }
       }
     } else {
-      for (const Token& t : *groups[0]) {
+      for (const Token& t : s.tokens) {  // e.g. .shared::cluster declarations
         if (t.text.find("::cluster") != std::string::npos && !facts.reason) facts.reason = "cluster kernel (" + t.text + ")";
       }
     }

@@ -1,5 +1,6 @@
 #include "server/transform/parser.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "server/transform/lexer.h"
@@ -186,6 +187,12 @@ class StatementParser {
         // of this instruction is missing.
         in_.fail("expected ';' before '" + t.text + "'");
       } else {
+        // Two names or numbers in a row (`%r1 %r2`) mean a missing ','.
+        bool value = t.kind == TokenKind::kWord || t.kind == TokenKind::kNumber;
+        const Token* last = out.tokens.empty() ? nullptr : &out.tokens.back();
+        if (value && last != nullptr && (last->kind == TokenKind::kWord || last->kind == TokenKind::kNumber)) {
+          in_.fail("expected ',' before '" + t.text + "'");
+        }
         out.tokens.push_back(in_.next());
       }
     }
@@ -246,7 +253,11 @@ class ModuleParser {
         continue;
       }
       if (is(t, "}") || is(t, ")") || is(t, "]")) in_.fail("unbalanced '" + t.text + "'");
-      if (isLineDirective(t) && !it.tokens.empty()) in_.fail("expected ';' before '" + t.text + "'");
+      // A directive on a new line after the declared name starts the next statement.
+      bool sawName = std::any_of(it.tokens.begin(), it.tokens.end(), [](const Token& x) { return x.kind == TokenKind::kWord; });
+      if ((isLineDirective(t) || (t.lineBefore && t.kind == TokenKind::kDirective && sawName)) && !it.tokens.empty()) {
+        in_.fail("expected ';' before '" + t.text + "'");
+      }
       it.tokens.push_back(in_.next());
     }
     in_.next();
@@ -388,5 +399,4 @@ StatementsResult parseStatements(std::string_view text) {
   return parseStatementTokens(lexed.tokens, 0, lexed.tokens.size());
 }
 
-}  // namespace
 }  // namespace tally::server::transform

@@ -52,7 +52,7 @@ std::string joinTokens(const Tokens& tokens, bool keepLines) {
     const Token& t = tokens[i];
     if (i > 0 && keepLines && t.lineBefore) {
       out += "\n";
-    } else if (i > 0 && t.spaceBefore) {
+    } else if (i > 0 && t.spaceBefore && tokens[i - 1].text != "(" && t.text != ")") {
       out += " ";
     }
     out += t.text;
