@@ -1,12 +1,15 @@
-// A kernel is eligible for slicing (and later PTB) when running its logical blocks in other
-// physical blocks, in several launches, cannot change what it computes. That rules out kernels
+// A kernel is eligible for slicing and PTB when running its logical blocks in other physical
+// blocks, in several launches, cannot change what it computes. That rules out kernels
 // that talk to other blocks of the same launch (grid sync, clusters, programmatic dependent
-// launch) or observe where/in which launch they run (%smid, %gridid). See docs/transform.md.
+// launch) or observe where/in which launch they run (%smid, %gridid). PTB further needs every
+// barrier in a form the barrier-aware rewrite handles (ptb.h). See docs/transform.md.
 #include "server/transform/eligibility.h"
 
 #include <map>
 #include <optional>
 #include <set>
+
+#include "server/transform/ptb.h"
 
 namespace tally::server::transform {
 namespace {
@@ -112,7 +115,23 @@ std::map<std::string, const Function*> functionsByName(const Module& module) {
   return out;
 }
 
-Eligibility analyze(const std::map<std::string, const Function*>& functions, const Function& kernel) {
+// The sm number of the module's `.target sm_XX` (0 if none is found).
+unsigned targetArch(const Module& module) {
+  for (const Item& item : module.items) {
+    if (item.kind != ItemKind::kLineDirective || item.tokens.size() < 2 || item.tokens[0].text != ".target") continue;
+    const std::string& t = item.tokens[1].text;
+    if (!startsWith(t, "sm_")) return 0;
+    unsigned arch = 0;
+    for (size_t i = 3; i < t.size() && i < 7 && t[i] >= '0' && t[i] <= '9'; ++i) arch = arch * 10 + (t[i] - '0');
+    return arch;
+  }
+  return 0;
+}
+
+// The barrier-aware rewrite of PTB uses the non-aligned barrier.sync / barrier.red (sm_70+).
+constexpr unsigned kPtbMinArch = 70;
+
+Eligibility analyze(const std::map<std::string, const Function*>& functions, unsigned arch, const Function& kernel) {
   Eligibility e;
   e.kernel = kernel.name;
   FunctionFacts own = scan(kernel);
@@ -120,8 +139,17 @@ Eligibility analyze(const std::map<std::string, const Function*>& functions, con
     e.reason = *own.reason;
     return e;
   }
+  std::optional<std::string> ptbReason = ptbObstacle(kernel, /*isKernel=*/true);
+  if (!ptbReason && arch != 0 && arch < kPtbMinArch) {
+    ptbReason = "PTB needs sm_" + std::to_string(kPtbMinArch) + " or newer (.target sm_" + std::to_string(arch) + ")";
+  }
   for (const Function* callee : reachable(functions, kernel)) {
     if (!callee->hasBody) continue;  // external (vprintf, libdevice-like): cannot read our sregs
+    if (!ptbReason) {
+      if (std::optional<std::string> why = ptbObstacle(*callee, /*isKernel=*/false)) {
+        ptbReason = "calls " + callee->name + ", which " + *why;
+      }
+    }
     FunctionFacts facts = scan(*callee);
     if (facts.reason) {
       e.reason = "calls " + callee->name + ": " + *facts.reason;
@@ -134,21 +162,24 @@ Eligibility analyze(const std::map<std::string, const Function*>& functions, con
     }
   }
   e.eligible = true;
+  e.ptbEligible = !ptbReason;
+  if (ptbReason) e.ptbReason = *ptbReason;
   return e;
 }
 
 }  // namespace
 
 Eligibility analyzeKernel(const Module& module, const Function& kernel) {
-  return analyze(functionsByName(module), kernel);
+  return analyze(functionsByName(module), targetArch(module), kernel);
 }
 
 std::vector<Eligibility> analyzeModule(const Module& module) {
   auto functions = functionsByName(module);
+  unsigned arch = targetArch(module);
   std::vector<Eligibility> out;
   for (const Item& item : module.items) {
     if (item.kind == ItemKind::kFunction && item.function.isEntry && item.function.hasBody) {
-      out.push_back(analyze(functions, item.function));
+      out.push_back(analyze(functions, arch, item.function));
     }
   }
   return out;

@@ -10,8 +10,12 @@ namespace tally::server::transform {
 
 struct Eligibility {
   std::string kernel;
-  bool eligible = false;
-  std::string reason;  // empty when eligible
+  bool eligible = false;  // for every variant unless ptbEligible says otherwise
+  std::string reason;     // empty when eligible
+  // The PTB variant also needs the barrier-aware rewrite to be safe (ptb.h: ptbObstacle).
+  // Only meaningful when `eligible`.
+  bool ptbEligible = false;
+  std::string ptbReason;  // empty when ptbEligible
 };
 
 // One result per .entry with a body, in module order.

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "server/transform/kernel_rewrite.h"
 #include "server/transform/ptx.h"
 
 namespace tally::server::transform {
@@ -20,23 +21,11 @@ inline constexpr const char* kSlicedSuffix = "__tally_sliced";
 // logical index and every read of %nctaid.{x,y,z} the original grid.
 inline constexpr int kSlicedExtraParams = 4;
 
-struct SliceResult {
-  bool ok = false;
-  Function function;
-  std::string error;
-};
+using SliceResult = VariantResult;
 
 // Builds `<name>__tally_sliced` from an eligible kernel. Fails if the kernel is not a
 // parsed .entry or reads %ctaid/%nctaid as a whole vector.
 SliceResult makeSlicedKernel(const Function& kernel);
-
-struct ModuleTransformResult {
-  bool ok = false;
-  Module module;
-  int added = 0;               // variants added
-  std::vector<std::string> skipped;  // "kernel: reason" for kernels left alone
-  std::string error;
-};
 
 // The module with the sliced variant of every eligible kernel placed right after its original.
 ModuleTransformResult addSlicedKernels(const Module& module);

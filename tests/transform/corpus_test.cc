@@ -1,6 +1,6 @@
 // Whole-module tests over the nvcc-generated corpus (corpus/*.cu -> PTX at build time):
-// round trip, ptxas acceptance, expected eligibility, sliced variants, the tally-ptx tool, and
-// robustness against truncated input.
+// round trip, ptxas acceptance, expected eligibility, sliced and PTB variants, the tally-ptx
+// tool, and robustness against truncated input.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -9,6 +9,7 @@
 #include "server/transform/eligibility.h"
 #include "server/transform/parser.h"
 #include "server/transform/printer.h"
+#include "server/transform/ptb.h"
 #include "server/transform/slice.h"
 #include "test_util.h"
 
@@ -37,8 +38,9 @@ const std::vector<CorpusModule> kModules = {{"grids", 80}, {"grids", 90}, {"sync
 void PrintTo(const CorpusModule& m, std::ostream* os) { *os << m.unit << "_sm" << m.arch; }
 
 struct Expected {
-  bool eligible = false;
-  std::string reason;  // substring
+  bool eligible = false;  // sliced (and PTB unless sliced-only)
+  bool ptb = false;
+  std::string reason;  // substring of the reason (the PTB reason for sliced-only kernels)
 };
 
 // unit -> kernel -> expectation, from expected_eligibility.txt.
@@ -52,7 +54,8 @@ std::map<std::string, std::map<std::string, Expected>> loadExpected() {
     std::string unit, kernel, status;
     fields >> unit >> kernel >> status;
     Expected e;
-    e.eligible = status == "eligible";
+    e.eligible = status == "eligible" || status == "sliced-only";
+    e.ptb = status == "eligible";
     std::getline(fields >> std::ws, e.reason);
     out[unit][kernel] = e;
   }
@@ -62,6 +65,12 @@ std::map<std::string, std::map<std::string, Expected>> loadExpected() {
 std::string ptxasCheck(const std::string& path, int arch) {
   CommandResult r = runCommand(quote(kPtxas) + " -arch=sm_" + std::to_string(arch) + " " + quote(path) + " -o /dev/null");
   return r.status == 0 ? "" : r.output.empty() ? "ptxas failed" : r.output;
+}
+
+std::string printStatementList(const Function& f) {
+  std::string out;
+  for (const Statement& s : f.body) out += printStatement(s) + "\n";
+  return out;
 }
 
 class Corpus : public ::testing::TestWithParam<CorpusModule> {
@@ -119,7 +128,12 @@ TEST_P(Corpus, ListMatchesExpectedTable) {
     ASSERT_TRUE(expected.count(kernel)) << "kernel missing from expected_eligibility.txt: " << line;
     const Expected& e = expected[kernel];
     EXPECT_EQ(status, e.eligible ? "eligible" : "ineligible") << line;
-    if (!e.eligible) {
+    if (e.ptb) {
+      EXPECT_EQ(reason, "") << line;
+    } else if (e.eligible) {
+      EXPECT_EQ(reason.rfind("(sliced only: ", 0), 0u) << line;
+      EXPECT_NE(reason.find(e.reason), std::string::npos) << line;
+    } else {
       EXPECT_FALSE(reason.empty()) << line;
       EXPECT_NE(reason.find(e.reason), std::string::npos) << line;
     }
@@ -162,6 +176,50 @@ TEST_P(Corpus, SlicedModulePassesPtxasWithOneVariantPerEligibleKernel) {
   fs::remove_all(dir);
 }
 
+// Every PTB-eligible kernel gets its variant, the module assembles, the variant never reads the
+// physical block index, keeps no `ret` (its only exit is the claim loop's), and device
+// functions are printed as they were.
+TEST_P(Corpus, PtbModulePassesPtxasWithOneVariantPerPtbEligibleKernel) {
+  auto expected = loadExpected()[GetParam().unit];
+  fs::path dir = test::scratchDir("ptb");
+  std::string out = (dir / "ptb.ptx").string();
+  CommandResult r = runCommand(quote(kTool) + " transform --variant ptb " + quote(GetParam().file()) + " -o " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(ptxasCheck(out, GetParam().arch), "");
+
+  ParseResult m = parseModule(test::readText(out));
+  ASSERT_TRUE(m.ok) << m.error;
+  auto funcs = [](const Module& module) {
+    std::vector<std::pair<std::string, std::string>> out;  // prototypes and definitions, in order
+    for (const Item& item : module.items) {
+      if (item.kind == ItemKind::kFunction && !item.function.isEntry) out.emplace_back(item.function.name, printStatementList(item.function));
+    }
+    return out;
+  };
+  EXPECT_EQ(funcs(m.module), funcs(parsed()));
+  std::set<std::string> variants;
+  for (const Item& item : m.module.items) {
+    const Function& f = item.function;
+    if (item.kind != ItemKind::kFunction || !f.isEntry) continue;
+    if (!f.name.ends_with(kPtbSuffix)) continue;
+    variants.insert(f.name.substr(0, f.name.size() - std::string(kPtbSuffix).size()));
+    int exits = 0;
+    for (const Statement& s : f.body) {
+      std::string line = printStatement(s);
+      EXPECT_EQ(line.find("ctaid."), std::string::npos) << f.name << ": " << line;
+      EXPECT_NE(s.opcode, "ret") << f.name;
+      if (s.opcode == "exit") ++exits;
+    }
+    EXPECT_EQ(exits, 1) << f.name;
+  }
+  std::set<std::string> eligible;
+  for (const auto& [kernel, e] : expected) {
+    if (e.ptb) eligible.insert(kernel);
+  }
+  EXPECT_EQ(variants, eligible);
+  fs::remove_all(dir);
+}
+
 TEST_P(Corpus, TruncatedInputNeverCrashes) {
   std::string original = text();
   size_t step = std::max<size_t>(1, original.size() / 150);
@@ -177,6 +235,9 @@ TEST_P(Corpus, TruncatedInputNeverCrashes) {
       ModuleTransformResult t = addSlicedKernels(r.module);
       EXPECT_TRUE(t.ok);
       printModule(t.module);
+      ModuleTransformResult p = addPtbKernels(r.module);
+      EXPECT_TRUE(p.ok);
+      printModule(p.module);
     }
   }
 }
@@ -207,10 +268,12 @@ TEST(Tool, ReadsPtxFromAnElfObject) {
   fs::remove_all(dir);
 }
 
-TEST(Tool, PtbVariantIsNotImplementedYet) {
-  CommandResult r = runCommand(quote(kTool) + " transform --variant ptb " + quote(kModules[0].file()) + " -o /dev/null");
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("ptb variant not implemented yet"), std::string::npos) << r.output;
+TEST(Tool, ListReportsPerVariantEligibility) {
+  CommandResult r = runCommand(quote(kTool) + " list " + quote(kModules[2].file()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("s_divergent_exit eligible\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("s_named_barrier eligible (sliced only: bar.sync with a thread count)\n"), std::string::npos)
+      << r.output;
 }
 
 TEST(Tool, BadInputGivesOneLineAndNonZeroExit) {
@@ -223,7 +286,7 @@ TEST(Tool, BadInputGivesOneLineAndNonZeroExit) {
   std::string files[] = {(dir / "truncated.ptx").string(), (dir / "garbage.bin").string(), (dir / "empty.ptx").string(),
                          (dir / "fake.elf").string(), (dir / "missing.ptx").string(), dir.string()};
   for (const std::string& file : files) {
-    for (const char* command : {" list ", " transform --variant sliced -o /dev/null "}) {
+    for (const char* command : {" list ", " transform --variant sliced -o /dev/null ", " transform --variant ptb -o /dev/null "}) {
       CommandResult r = runCommand(quote(kTool) + command + quote(file));
       EXPECT_EQ(r.status, 1) << file << ": " << r.output;
       EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
@@ -239,7 +302,7 @@ TEST(Tool, UsageErrors) {
   EXPECT_EQ(runCommand(quote(kTool) + " transform --variant tiled " + quote(kModules[0].file()) + " -o /dev/null").status, 2);
 }
 
-TEST(Tool, HandWrittenSnippetSlicesAndAssembles) {
+TEST(Tool, HandWrittenSnippetTransformsAndAssembles) {
   fs::path dir = test::scratchDir("snippet");
   test::writeText(dir / "k.ptx", R"(.version 8.0
 .target sm_80
@@ -266,11 +329,15 @@ $L__BB0_2:
 	ret;
 }
 )");
-  std::string out = (dir / "out.ptx").string();
-  CommandResult r = runCommand(quote(kTool) + " transform --variant sliced " + quote((dir / "k.ptx").string()) + " -o " + quote(out));
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(ptxasCheck(out, 80), "");
-  EXPECT_EQ(ptxasCheck(out, 90), "");
+  for (const char* variant : {"sliced", "ptb"}) {
+    std::string out = (dir / (std::string(variant) + ".ptx")).string();
+    CommandResult r = runCommand(quote(kTool) + " transform --variant " + variant + " " + quote((dir / "k.ptx").string()) +
+                                 " -o " + quote(out));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(test::readText(out).find(std::string("k__tally_") + variant + "("), std::string::npos) << variant;
+    EXPECT_EQ(ptxasCheck(out, 80), "") << variant;
+    EXPECT_EQ(ptxasCheck(out, 90), "") << variant;
+  }
   fs::remove_all(dir);
 }
 

@@ -1,9 +1,10 @@
 // tally-ptx: inspect and transform the PTX of CUDA modules offline.
 //
 //   tally-ptx list FILE [--arch sm_XX]
-//       one line per kernel: "<name> eligible" or "<name> ineligible <reason>"
-//   tally-ptx transform --variant sliced FILE -o OUT.ptx [--arch sm_XX]
-//       the module with every eligible kernel's <name>__tally_sliced added
+//       one line per kernel: "<name> eligible" (every variant), "<name> eligible (sliced only:
+//       <reason>)" or "<name> ineligible <reason>"
+//   tally-ptx transform --variant sliced|ptb FILE -o OUT.ptx [--arch sm_XX]
+//       the module with every eligible kernel's <name>__tally_sliced / <name>__tally_ptb added
 //   tally-ptx print FILE -o OUT.ptx [--arch sm_XX]
 //       parse and print back (what the round-trip tests check)
 //
@@ -23,6 +24,7 @@
 #include "server/transform/eligibility.h"
 #include "server/transform/parser.h"
 #include "server/transform/printer.h"
+#include "server/transform/ptb.h"
 #include "server/transform/ptx_source.h"
 #include "server/transform/slice.h"
 
@@ -145,13 +147,22 @@ bool loadModule(const Options& options, transform::Module& module, std::string& 
 
 int list(const transform::Module& module) {
   for (const transform::Eligibility& e : transform::analyzeModule(module)) {
-    std::cout << e.kernel << (e.eligible ? " eligible" : " ineligible " + e.reason) << "\n";
+    std::cout << e.kernel;
+    if (!e.eligible) {
+      std::cout << " ineligible " << e.reason;
+    } else if (!e.ptbEligible) {
+      std::cout << " eligible (sliced only: " << e.ptbReason << ")";
+    } else {
+      std::cout << " eligible";
+    }
+    std::cout << "\n";
   }
   return 0;
 }
 
 int transformModule(const Options& options, const transform::Module& module) {
-  transform::ModuleTransformResult result = transform::addSlicedKernels(module);
+  transform::ModuleTransformResult result =
+      options.variant == "ptb" ? transform::addPtbKernels(module) : transform::addSlicedKernels(module);
   if (!result.ok) return fail(result.error);
   if (!writeOutput(options.output, transform::printModule(result.module))) return fail("cannot write " + options.output);
   return 0;
@@ -166,8 +177,7 @@ int run(int argc, char** argv) {
   if (options.command != "list" && !writes) return usage("unknown command '" + options.command + "'");
   if (writes && options.output.empty()) return usage(options.command + " needs -o OUT");
   if (options.command == "transform") {
-    if (options.variant == "ptb") return fail("ptb variant not implemented yet");
-    if (options.variant != "sliced") return usage("--variant must be sliced or ptb");
+    if (options.variant != "sliced" && options.variant != "ptb") return usage("--variant must be sliced or ptb");
   }
   transform::Module module;
   std::string error;
