@@ -26,6 +26,7 @@ struct Services {
   frame::FrameLimits limits;
   unsigned inlineWaitMicros = 50;  // how long a tenant thread may wait for a short sync itself
   unsigned pollMicros = 50;        // how long a tenant thread polls its socket before sleeping
+  session::AuthPolicy auth;        // who may connect, with which limits
 };
 
 // Fills the union part of a Reply.

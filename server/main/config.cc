@@ -3,9 +3,163 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <limits>
 #include <set>
 
 namespace tally::server {
+
+namespace {
+
+// Every key of a [[tenant]] entry; anything else is an error.
+const std::set<std::string> kTenantKeys = {"name", "token_sha256", "unix_uid", "allowed_priority", "cap_priority",
+                                           "memory_quota_bytes", "max_streams"};
+
+// Reads an optional integer key into `out`, checking its type and range [low, high].
+template <typename T>
+bool readInteger(const toml::table& table, const char* key, T& out, int64_t low, int64_t high, std::string& error) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return true;
+  std::optional<int64_t> value = node->is_integer() ? node->value<int64_t>() : std::nullopt;
+  if (!value || *value < low || *value > high) {
+    error = fmt::format("'{}' must be an integer from {} to {}", key, low, high);
+    return false;
+  }
+  out = static_cast<T>(*value);
+  return true;
+}
+
+bool readBool(const toml::table& table, const char* key, bool& out, std::string& error) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return true;
+  if (!node->is_boolean()) {
+    error = fmt::format("'{}' must be true or false", key);
+    return false;
+  }
+  out = *node->value<bool>();
+  return true;
+}
+
+bool readString(const toml::table& table, const char* key, std::optional<std::string>& out, std::string& error) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return true;
+  if (!node->is_string()) {
+    error = fmt::format("'{}' must be a string", key);
+    return false;
+  }
+  out = *node->value<std::string>();
+  return true;
+}
+
+bool parseAllowedPriority(const std::string& text, session::AllowedPriority& out) {
+  if (text == "high") out = session::AllowedPriority::kHigh;
+  else if (text == "best-effort") out = session::AllowedPriority::kBestEffort;
+  else if (text == "any") out = session::AllowedPriority::kAny;
+  else return false;
+  return true;
+}
+
+bool checkTenantKeys(const toml::table& table, std::string& error) {
+  for (auto&& [key, value] : table) {
+    if (kTenantKeys.count(std::string(key.str())) == 0) {
+      error = fmt::format("unknown key '{}'", key.str());
+      return false;
+    }
+  }
+  return true;
+}
+
+bool readCredentials(const toml::table& table, session::TenantRule& rule, std::string& error) {
+  std::optional<std::string> hash;
+  if (!readString(table, "token_sha256", hash, error)) return false;
+  if (hash) {
+    session::Sha256 digest{};
+    if (!session::parseSha256Hex(*hash, digest)) {
+      error = "'token_sha256' must be 64 hex digits (printf '%s' TOKEN | sha256sum)";
+      return false;
+    }
+    rule.tokenSha256 = digest;
+  }
+  uint32_t uid = 0;
+  if (table.get("unix_uid") != nullptr) {
+    if (!readInteger(table, "unix_uid", uid, 0, std::numeric_limits<uint32_t>::max() - 1, error)) return false;
+    rule.unixUid = uid;
+  }
+  if (!rule.tokenSha256 && !rule.unixUid) {
+    error = "needs 'token_sha256' or 'unix_uid' (or both)";
+    return false;
+  }
+  return true;
+}
+
+bool readTenant(const toml::table& table, session::TenantRule& rule, std::string& error) {
+  if (!checkTenantKeys(table, error)) return false;
+  std::optional<std::string> name;
+  if (!readString(table, "name", name, error)) return false;
+  if (!name || name->empty()) {
+    error = "'name' is required and must not be empty";
+    return false;
+  }
+  rule.name = *name;
+  if (!readCredentials(table, rule, error)) return false;
+  std::optional<std::string> priority;
+  if (!readString(table, "allowed_priority", priority, error)) return false;
+  if (priority && !parseAllowedPriority(*priority, rule.allowedPriority)) {
+    error = fmt::format("'allowed_priority' is '{}'; expected 'high', 'best-effort' or 'any'", *priority);
+    return false;
+  }
+  return readBool(table, "cap_priority", rule.capPriority, error) &&
+         readInteger(table, "memory_quota_bytes", rule.limits.memoryQuotaBytes, 0,
+                     std::numeric_limits<int64_t>::max(), error) &&
+         readInteger(table, "max_streams", rule.limits.maxStreams, 0, std::numeric_limits<int32_t>::max(), error);
+}
+
+// Names and token hashes must be unique, or a peer's identity would be ambiguous.
+bool checkUnique(const std::vector<session::TenantRule>& rules, std::string& error) {
+  for (size_t i = 0; i < rules.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (rules[i].name == rules[j].name) {
+        error = fmt::format("tenant '{}' is defined twice", rules[i].name);
+        return false;
+      }
+      if (rules[i].tokenSha256 && rules[i].tokenSha256 == rules[j].tokenSha256 && rules[i].unixUid == rules[j].unixUid) {
+        error = fmt::format("tenants '{}' and '{}' have the same credentials", rules[j].name, rules[i].name);
+        return false;
+      }
+      if (!rules[i].tokenSha256 && !rules[j].tokenSha256 && rules[i].unixUid == rules[j].unixUid) {
+        error = fmt::format("tenants '{}' and '{}' both match unix_uid {}", rules[j].name, rules[i].name, *rules[i].unixUid);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool readTenants(const toml::table& table, session::AuthPolicy& auth, std::string& error) {
+  const toml::node* node = table.get("tenant");
+  if (node == nullptr) return true;
+  const toml::array* entries = node->as_array();
+  if (entries == nullptr) {
+    error = "'tenant' must be an array of tables ([[tenant]])";
+    return false;
+  }
+  auth.tenants.clear();
+  for (size_t i = 0; i < entries->size(); ++i) {
+    const toml::table* entry = entries->get(i)->as_table();
+    session::TenantRule rule;
+    std::string why;
+    if (entry == nullptr) {
+      why = "must be a table";
+    } else if (readTenant(*entry, rule, why)) {
+      auth.tenants.push_back(std::move(rule));
+      continue;
+    }
+    error = fmt::format("[[tenant]] #{}: {}", i + 1, why);
+    return false;
+  }
+  return checkUnique(auth.tenants, error);
+}
+
+}  // namespace
 
 bool loadConfigFile(const std::string& path, Config& config, std::string& error) {
   toml::table table;
@@ -15,8 +169,10 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
     error = fmt::format("{}: {}", path, e.description());
     return false;
   }
-  static const std::set<std::string> kKnown = {"listen", "log_level", "unix_socket_mode", "module_cache_bytes",
-                                               "max_message_bytes", "max_bulk_bytes", "inline_wait_us", "poll_us"};
+  static const std::set<std::string> kKnown = {"listen",         "log_level",         "unix_socket_mode",
+                                               "module_cache_bytes", "max_message_bytes", "max_bulk_bytes",
+                                               "inline_wait_us", "poll_us",           "require_auth",
+                                               "tenant"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -36,6 +192,11 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.maxBulkBytes = table["max_bulk_bytes"].value_or(config.maxBulkBytes);
   config.inlineWaitMicros = table["inline_wait_us"].value_or(config.inlineWaitMicros);
   config.pollMicros = table["poll_us"].value_or(config.pollMicros);
+  std::string why;
+  if (!readBool(table, "require_auth", config.auth.requireAuth, why) || !readTenants(table, config.auth, why)) {
+    error = fmt::format("{}: {}", path, why);
+    return false;
+  }
   return true;
 }
 

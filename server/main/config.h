@@ -1,6 +1,8 @@
 // tallyd's configuration: defaults, then the TOML file, then command-line flags.
 #pragma once
 
+#include "server/session/auth.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@ struct Config {
   uint32_t maxBulkBytes = 64u << 20;
   unsigned inlineWaitMicros = 50;
   unsigned pollMicros = 50;
+  session::AuthPolicy auth;  // require_auth and the [[tenant]] rules
 };
 
 // Reads `path` over `config`; false with `error` on a bad file or an unknown key.

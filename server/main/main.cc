@@ -113,6 +113,9 @@ int run(int argc, char** argv) {
   services.limits.maxBulkBytes = config.maxBulkBytes;
   services.inlineWaitMicros = config.inlineWaitMicros;
   services.pollMicros = config.pollMicros;
+  services.auth = config.auth;
+  spdlog::info("{} tenant rule{}, authentication {}", config.auth.tenants.size(),
+               config.auth.tenants.size() == 1 ? "" : "s", config.auth.requireAuth ? "required" : "optional");
 
   SessionRegistry registry(services);
   transport::Listener listener(listenOptions, registry);

@@ -5,6 +5,7 @@
 #include <capnp/message.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 namespace tally::server::session {
@@ -36,8 +37,8 @@ void Session::join() {
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
-void Session::refuse(const std::string& why) {
-  spdlog::warn("refused {}: {}", peer_.description, why);
+void Session::refuse(const std::string& why, const std::string& detail) {
+  spdlog::warn("refused {}: {}{}", peer_.description, why, detail);
   capnp::MallocMessageBuilder message;
   auto welcome = message.initRoot<wire::ServerMessage>().initWelcome();
   welcome.setAccepted(false);
@@ -69,6 +70,55 @@ void describeDevices(wire::Welcome::Builder welcome, const std::vector<gpu::Gpu*
 
 }  // namespace
 
+namespace {
+
+// SO_PEERCRED uid of a Unix-socket peer; nullopt for TCP (or when the kernel says nothing).
+std::optional<uint32_t> unixPeerUid(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.ss_family != AF_UNIX) return std::nullopt;
+  ucred cred{};
+  socklen_t credLen = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0) return std::nullopt;
+  return cred.uid;
+}
+
+PriorityClass requestedPriority(wire::Hello::Reader hello) {
+  return hello.getPriority() == wire::PriorityClass::HIGH_PRIORITY ? PriorityClass::kHigh : PriorityClass::kBestEffort;
+}
+
+const char* priorityText(PriorityClass p) { return p == PriorityClass::kHigh ? "high priority" : "best effort"; }
+
+}  // namespace
+
+std::optional<Session::Admission> Session::admit(wire::Hello::Reader hello) {
+  std::string claimed = hello.getTenantName();
+  if (claimed.empty()) claimed = fmt::format("pid{}", hello.getClientPid());
+  auto token = hello.getAuthToken();
+  AuthResult auth = authenticate(services_.auth, std::span<const uint8_t>(token.begin(), token.size()),
+                                 unixPeerUid(fd_));
+  if (!auth.error.empty()) {
+    refuse(auth.error, fmt::format(" (client names itself '{}')", claimed));
+    return std::nullopt;
+  }
+  TenantRule anonymous;
+  anonymous.name = claimed;
+  const TenantRule& rule = auth.rule != nullptr ? *auth.rule : anonymous;
+  PriorityDecision priority = decidePriority(rule, requestedPriority(hello));
+  if (!priority.error.empty()) {
+    refuse(priority.error);
+    return std::nullopt;
+  }
+  if (priority.capped) {
+    spdlog::info("tenant {} from {} asked for high priority; capped to best effort (cap_priority)", rule.name,
+                 peer_.description);
+  }
+  if (auth.rule != nullptr) {
+    spdlog::info("{} authenticated as tenant {} (client names itself '{}')", peer_.description, rule.name, claimed);
+  }
+  return Admission{rule.name, priority.granted, rule.limits};
+}
+
 bool Session::handshake(frame::StreamReader& reader) {
   frame::IncomingFrame frame;
   frame::IoStatus status = frame.readMessage(reader, services_.limits);
@@ -76,6 +126,15 @@ bool Session::handshake(frame::StreamReader& reader) {
     spdlog::warn("handshake with {} failed: {}", peer_.description, status.error);
     return false;
   }
+  try {
+    return greet(frame);
+  } catch (const kj::Exception& e) {
+    spdlog::warn("handshake with {} failed: malformed Hello: {}", peer_.description, e.getDescription().cStr());
+    return false;
+  }
+}
+
+bool Session::greet(frame::IncomingFrame& frame) {
   auto message = frame.message().getRoot<wire::ClientMessage>();
   if (!message.isHello() || frame.bulkBytes() != 0) {
     refuse("the first message must be Hello");
@@ -87,18 +146,15 @@ bool Session::handshake(frame::StreamReader& reader) {
                        hello.getProtocolVersion(), wire::PROTOCOL_VERSION));
     return false;
   }
+  std::optional<Admission> admission = admit(hello);
+  if (!admission) return false;
   if (services_.gpus.empty()) {
-    refuse("no GPU is visible to tallyd");
+    refuse("no GPU is visible to tallyd", fmt::format(" (tenant {})", admission->name));
     return false;
   }
-  PriorityClass priority = hello.getPriority() == wire::PriorityClass::HIGH_PRIORITY ? PriorityClass::kHigh
-                                                                                   : PriorityClass::kBestEffort;
-  std::string name = hello.getTenantName();
-  if (name.empty()) name = fmt::format("pid{}", hello.getClientPid());
-  tenant_ = std::make_unique<Tenant>(tenantId_, name, priority, services_.gpus);
-  spdlog::info("tenant {} ({}) connected from {} (host {}, pid {}), {}", tenantId_, name, peer_.description,
-               hello.getClientHost().cStr(), hello.getClientPid(),
-               priority == PriorityClass::kHigh ? "high priority" : "best effort");
+  tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, services_.gpus, admission->limits);
+  spdlog::info("tenant {} ({}) connected from {} (host {}, pid {}), {}", tenantId_, admission->name, peer_.description,
+               hello.getClientHost().cStr(), hello.getClientPid(), priorityText(admission->priority));
 
   capnp::MallocMessageBuilder reply;
   auto welcome = reply.initRoot<wire::ServerMessage>().initWelcome();

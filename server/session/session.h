@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -32,9 +33,20 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void run();
+  // What the handshake grants a peer that passed authentication and the priority rule.
+  struct Admission {
+    std::string name;
+    PriorityClass priority;
+    TenantLimits limits;
+  };
+
   bool handshake(frame::StreamReader& reader);
+  bool greet(frame::IncomingFrame& frame);
+  // Authentication, then the priority rule; refuses the peer (and returns nullopt) if either fails.
+  std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);
-  void refuse(const std::string& why);
+  // Sends Welcome{accepted=false, error=why} and logs the peer, why and `detail`.
+  void refuse(const std::string& why, const std::string& detail = {});
 
   int fd_;
   PeerInfo peer_;

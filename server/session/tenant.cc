@@ -10,8 +10,36 @@
 
 namespace tally::server::session {
 
-Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus)
-    : id_(id), name_(std::move(name)), priority_(priority), gpus_(std::move(gpus)) {}
+namespace {
+// cuda.h has no CUDA_ERROR_OUT_OF_RESOURCES; a driver that cannot create another stream
+// answers out-of-memory, so a tenant over max_streams gets the same.
+constexpr CUresult kStreamLimitError = CUDA_ERROR_OUT_OF_MEMORY;
+}  // namespace
+
+Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus, TenantLimits limits)
+    : id_(id), name_(std::move(name)), priority_(priority), gpus_(std::move(gpus)), limits_(limits) {}
+
+// --- quotas ----------------------------------------------------------------------------
+
+bool Tenant::memoryQuotaAllows(size_t request) {
+  if (withinQuota(allocatedBytes_, request, limits_.memoryQuotaBytes)) return true;
+  if (!quotaLogged_) {
+    spdlog::warn("tenant {} ({}) exceeds its memory quota: {} bytes allocated, {} more requested, quota {}", id_, name_,
+                 allocatedBytes_, request, limits_.memoryQuotaBytes);
+    quotaLogged_ = true;
+  }
+  return false;
+}
+
+bool Tenant::streamLimitAllows() {
+  size_t count = std::count_if(streams_.begin(), streams_.end(), [](const auto& s) { return !s.second->legacyDefault; });
+  if (withinStreamLimit(count, limits_.maxStreams)) return true;
+  if (!streamLimitLogged_) {
+    spdlog::warn("tenant {} ({}) reached its stream limit of {}", id_, name_, limits_.maxStreams);
+    streamLimitLogged_ = true;
+  }
+  return false;
+}
 
 Tenant::~Tenant() { release(); }
 
@@ -21,6 +49,7 @@ CUresult Tenant::createStream(uint32_t device, uint64_t id, bool nonBlocking, in
   gpu::Gpu* g = gpu(device);
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (id < kFirstUserStream || streams_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (!streamLimitAllows()) return kStreamLimitError;
   const auto& d = g->description();
   priority = std::clamp(priority, d.streamPriorityGreatest, d.streamPriorityLeast);
   auto s = std::make_unique<StreamState>();
@@ -150,6 +179,7 @@ EventState* Tenant::event(uint64_t id) {
 CUresult Tenant::allocate(uint32_t device, size_t size, CUdeviceptr& out) {
   gpu::Gpu* g = gpu(device);
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (!memoryQuotaAllows(size)) return CUDA_ERROR_OUT_OF_MEMORY;
   g->makeCurrent();
   if (CUresult r = cuMemAlloc(&out, size); r != CUDA_SUCCESS) return r;
   ranges_.emplace(out, Range{size, g, true});
@@ -160,6 +190,7 @@ CUresult Tenant::allocate(uint32_t device, size_t size, CUdeviceptr& out) {
 CUresult Tenant::allocatePitch(uint32_t device, size_t width, size_t height, CUdeviceptr& out, size_t& pitch) {
   gpu::Gpu* g = gpu(device);
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (!memoryQuotaAllows(pitchedBytesUpperBound(width, height))) return CUDA_ERROR_OUT_OF_MEMORY;
   g->makeCurrent();
   if (CUresult r = cuMemAllocPitch(&out, &pitch, width, height, 16); r != CUDA_SUCCESS) return r;
   ranges_.emplace(out, Range{pitch * height, g, true});

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "server/gpu/gpu.h"
+#include "server/session/auth.h"
 
 #include <cuda.h>
 
@@ -21,8 +22,6 @@
 #include <vector>
 
 namespace tally::server::session {
-
-enum class PriorityClass { kHigh, kBestEffort };
 
 // Client stream handles below this are the legacy default stream of device (id - 1).
 inline constexpr uint64_t kFirstUserStream = 1u << 16;
@@ -67,7 +66,7 @@ struct HostMapping {
 
 class Tenant {
  public:
-  Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus);
+  Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus, TenantLimits limits = {});
   ~Tenant();
   Tenant(const Tenant&) = delete;
   Tenant& operator=(const Tenant&) = delete;
@@ -75,6 +74,7 @@ class Tenant {
   uint64_t id() const { return id_; }
   const std::string& name() const { return name_; }
   PriorityClass priority() const { return priority_; }
+  const TenantLimits& limits() const { return limits_; }
   gpu::Gpu* gpu(uint32_t device) const { return device < gpus_.size() ? gpus_[device] : nullptr; }
 
   // --- streams and events -------------------------------------------------------------
@@ -143,12 +143,18 @@ class Tenant {
   };
 
   StreamState* createLegacyDefault(uint32_t device);
+  // Quota checks (logged once per tenant when they first refuse).
+  bool memoryQuotaAllows(size_t request);
+  bool streamLimitAllows();
   void joinStreams(StreamState& waiter, StreamState& waited);
 
   uint64_t id_;
   std::string name_;
   PriorityClass priority_;
   std::vector<gpu::Gpu*> gpus_;
+  TenantLimits limits_;
+  bool quotaLogged_ = false;
+  bool streamLimitLogged_ = false;
   std::unordered_map<uint64_t, std::unique_ptr<StreamState>> streams_;
   std::unordered_map<uint64_t, uint64_t> defaultEpoch_;  // per device: work count on legacy default
   std::unordered_map<gpu::Gpu*, CUstream> syncStreams_;

@@ -4,7 +4,9 @@
 #
 #   integration_test.sh CASE TALLYD CLIENT_LIB PROGRAM SCHEMA_DIR [CUDA_LIB_DIR]
 #
-#   CASE         no_server | no_gpu | garbage_peer | version_mismatch
+#   CASE         no_server | no_gpu | garbage_peer | version_mismatch |
+#                security_tokens | security_require_auth | security_priority |
+#                security_cap_priority | security_uid_rule | security_bad_config
 #   TALLYD       the tallyd executable
 #   CLIENT_LIB   libtally_client.so (LD_PRELOADed into PROGRAM)
 #   PROGRAM      an nvcc-built (-cudart shared) program, e.g. tests/gpu/gpu_vector_add;
@@ -85,12 +87,12 @@ tcp_listening() {  # tcp_listening PORT: is something LISTENing on 127.0.0.1:POR
   awk -v p=":$hex" 'NR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' /proc/net/tcp
 }
 
-start_tallyd() {
+start_tallyd() {  # start_tallyd [EXTRA_TALLYD_ARGS...], e.g. --config FILE
   [[ -x $TALLYD ]] || fail "tallyd not built: $TALLYD"
   local _attempt
   for _attempt in 1 2 3; do
     PORT=$(pick_port) || fail "no free TCP port"
-    "$TALLYD" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" >"$LOG" 2>&1 &
+    "$TALLYD" "$@" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" >"$LOG" 2>&1 &
     TALLYD_PID=$!
     local deadline=$(($(now_ms) + 10000))
     while (($(now_ms) < deadline)); do
@@ -143,7 +145,9 @@ wait_log() {  # wait_log ERE [seconds]: wait until tallyd's log has a line match
 }
 
 # ------------------------------------------------------------------ clients
-# run_client NAME SERVER_URL: runs PROGRAM preloaded; sets RC, MS (elapsed), OUT, ERR
+# run_client NAME SERVER_URL: runs PROGRAM preloaded; sets RC, MS (elapsed), OUT, ERR.
+# CLIENT_ENV (an array of NAME=VALUE) adds to the client's environment, e.g. TALLY_TOKEN.
+CLIENT_ENV=()
 run_client() {
   local name=$1 url=$2
   OUT=$TMPD/$name.out ERR=$TMPD/$name.err
@@ -151,10 +155,10 @@ run_client() {
   t0=$(now_ms)
   RC=0
   timeout -k 2 "$CLIENT_TIMEOUT" env LD_PRELOAD="$CLIENT_LIB" TALLY_SERVER="$url" TALLY_TENANT="it-$name" \
-    LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA_LIB_DIR" \
+    LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA_LIB_DIR" "${CLIENT_ENV[@]}" \
     "$PROGRAM" >"$OUT" 2>"$ERR" </dev/null || RC=$?
   MS=$(($(now_ms) - t0))
-  say "client $name (TALLY_SERVER=$url): exit $RC after ${MS} ms"
+  say "client $name (TALLY_SERVER=$url${CLIENT_ENV[*]:+ ${CLIENT_ENV[*]}}): exit $RC after ${MS} ms"
 }
 
 # expect_refused NAME URL TEXT: the client must fail cleanly, in time, saying TEXT
@@ -301,11 +305,152 @@ case_version_mismatch() {
   stop_tallyd
 }
 
+# ------------------------------------------------------------------ security cases
+# Tokens of the two tenants of the test configuration; tallyd only ever sees their SHA-256.
+TOKEN_A=token-of-alice-0123456789
+TOKEN_B=token-of-bob-9876543210
+hash_of() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+
+# write_config FILE [EXTRA_TOP_LEVEL_LINES] [BOB_EXTRA_LINES]: two tenants, alice (may ask for
+# high priority, quotas set) and bob (best effort only)
+write_config() {
+  cat >"$1" <<EOF_CONFIG
+log_level = "debug"
+${2:-}
+
+[[tenant]]
+name = "alice"
+token_sha256 = "$(hash_of "$TOKEN_A")"
+allowed_priority = "high"
+memory_quota_bytes = 1073741824
+max_streams = 16
+
+[[tenant]]
+name = "bob"
+token_sha256 = "$(hash_of "$TOKEN_B")"
+allowed_priority = "best-effort"
+${3:-}
+EOF_CONFIG
+}
+
+# expect_past_auth NAME URL: the client passed authentication and the priority rule: served
+# with a GPU; without one refused for the only reason left, "no GPU is visible to tallyd"
+expect_past_auth() {
+  if gpu_visible; then expect_served "$1" "$2"; else expect_refused "$1" "$2" "$NO_GPU_MSG"; fi
+}
+
+expect_log() {  # expect_log ERE WHAT
+  wait_log "$1" 5 || fail "tallyd's log has no line matching '$1' ($2)"
+  pass "tallyd logged $2: $(grep -E -- "$1" "$LOG" | head -n 1 | sed 's/^.*\] //')"
+}
+
+case_security_tokens() {
+  need_program
+  write_config "$TMPD/tallyd.toml"
+  start_tallyd --config "$TMPD/tallyd.toml"
+  CLIENT_ENV=(TALLY_TOKEN="$TOKEN_A" TALLY_PRIORITY=high)
+  expect_past_auth alice-uds "unix:$SOCK"
+  expect_log "authenticated as tenant alice" "alice's authentication"
+  expect_past_auth alice-tcp "tcp://127.0.0.1:$PORT"
+  CLIENT_ENV=(TALLY_TOKEN="$TOKEN_B")
+  expect_past_auth bob "unix:$SOCK"
+  CLIENT_ENV=(TALLY_TOKEN="not-a-known-token")
+  expect_refused wrong-token "unix:$SOCK" "refused the connection: unknown token"
+  expect_log "refused unix pid=[0-9]+ uid=[0-9]+ gid=[0-9]+: unknown token" "the wrong token with its peer"
+  expect_refused wrong-token-tcp "tcp://127.0.0.1:$PORT" "refused the connection: unknown token"
+  expect_log "refused tcp 127\.0\.0\.1:[0-9]+: unknown token" "the wrong token over TCP with its peer"
+  grep -qF -- "not-a-known-token" "$LOG" && fail "tallyd logged the token itself"
+  pass "tallyd never logs a token"
+  CLIENT_ENV=()
+  expect_past_auth no-token "unix:$SOCK"  # require_auth = false (the default): anonymous
+  assert_tallyd_alive "after the authentication cases"
+  stop_tallyd
+}
+
+case_security_require_auth() {
+  need_program
+  write_config "$TMPD/tallyd.toml" "require_auth = true"
+  start_tallyd --config "$TMPD/tallyd.toml"
+  CLIENT_ENV=()
+  expect_refused no-token "unix:$SOCK" "refused the connection: authentication required"
+  expect_refused no-token-tcp "tcp://127.0.0.1:$PORT" "refused the connection: authentication required"
+  expect_log "refused tcp 127\.0\.0\.1:[0-9]+: authentication required" "the missing token with its peer"
+  CLIENT_ENV=(TALLY_TOKEN="$TOKEN_B")
+  expect_past_auth bob "unix:$SOCK"
+  stop_tallyd
+}
+
+case_security_priority() {
+  need_program
+  write_config "$TMPD/tallyd.toml"
+  start_tallyd --config "$TMPD/tallyd.toml"
+  CLIENT_ENV=(TALLY_TOKEN="$TOKEN_B" TALLY_PRIORITY=high)
+  expect_refused bob-high "unix:$SOCK" "refused the connection: tenant bob may not request high priority"
+  expect_log "refused unix pid=[0-9]+ .*: tenant bob may not request high priority" "the refused priority"
+  CLIENT_ENV=(TALLY_TOKEN="$TOKEN_B" TALLY_PRIORITY=best-effort)
+  expect_past_auth bob-best-effort "unix:$SOCK"
+  stop_tallyd
+}
+
+case_security_cap_priority() {
+  need_program
+  write_config "$TMPD/tallyd.toml" "" "cap_priority = true"
+  start_tallyd --config "$TMPD/tallyd.toml"
+  CLIENT_ENV=(TALLY_TOKEN="$TOKEN_B" TALLY_PRIORITY=high)
+  expect_past_auth bob-high-capped "unix:$SOCK"
+  expect_log "tenant bob from unix pid=[0-9]+.* asked for high priority; capped to best effort" "the downgrade"
+  stop_tallyd
+}
+
+case_security_uid_rule() {
+  need_program
+  write_config "$TMPD/tallyd.toml" "require_auth = true"
+  printf '\n[[tenant]]\nname = "local-user"\nunix_uid = %s\n' "$(id -u)" >>"$TMPD/tallyd.toml"
+  start_tallyd --config "$TMPD/tallyd.toml"
+  CLIENT_ENV=()
+  expect_past_auth uid-uds "unix:$SOCK"
+  expect_log "uid=$(id -u) .*authenticated as tenant local-user" "the uid match"
+  # TCP peers have no uid: the rule cannot match them.
+  expect_refused uid-tcp "tcp://127.0.0.1:$PORT" "refused the connection: authentication required"
+  stop_tallyd
+}
+
+case_security_bad_config() {
+  [[ -x $TALLYD ]] || fail "tallyd not built: $TALLYD"
+  local file=$TMPD/bad.toml rc
+  write_config "$file" "requre_auth = true"
+  rc=0
+  timeout -k 2 10 "$TALLYD" --config "$file" --listen "unix:$SOCK" >"$LOG" 2>&1 || rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] || fail "tallyd exited $rc with an unknown configuration key"
+  grep -qF -- "unknown key 'requre_auth'" "$LOG" || { show "$LOG" "tallyd output"; fail "tallyd's message does not name the unknown key"; }
+  pass "tallyd exited $rc: $(head -n 1 "$LOG")"
+  write_config "$file" "" "quota = 5"
+  rc=0
+  timeout -k 2 10 "$TALLYD" --config "$file" --listen "unix:$SOCK" >"$LOG" 2>&1 || rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] || fail "tallyd exited $rc with an unknown [[tenant]] key"
+  grep -qF -- "[[tenant]] #2: unknown key 'quota'" "$LOG" || { show "$LOG" "tallyd output"; fail "tallyd's message does not name the tenant entry and key"; }
+  pass "tallyd exited $rc: $(head -n 1 "$LOG")"
+  write_config "$file"
+  sed -i 's/allowed_priority = "best-effort"/allowed_priority = "urgent"/' "$file"
+  rc=0
+  timeout -k 2 10 "$TALLYD" --config "$file" --listen "unix:$SOCK" >"$LOG" 2>&1 || rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] || fail "tallyd exited $rc with allowed_priority = \"urgent\""
+  grep -qF -- "'allowed_priority' is 'urgent'" "$LOG" || { show "$LOG" "tallyd output"; fail "tallyd's message does not name the bad value"; }
+  pass "tallyd exited $rc: $(head -n 1 "$LOG")"
+  [[ ! -e $SOCK ]] || fail "tallyd created its socket despite the bad configuration"
+}
+
 case $CASE in
   no_server) case_no_server ;;
   no_gpu) case_no_gpu ;;
   garbage_peer) case_garbage_peer ;;
   version_mismatch) case_version_mismatch ;;
+  security_tokens) case_security_tokens ;;
+  security_require_auth) case_security_require_auth ;;
+  security_priority) case_security_priority ;;
+  security_cap_priority) case_security_cap_priority ;;
+  security_uid_rule) case_security_uid_rule ;;
+  security_bad_config) case_security_bad_config ;;
   *) echo "unknown case '$CASE'" >&2; exit 2 ;;
 esac
-say "PASS: integration.$CASE"
+say "PASS: $CASE"

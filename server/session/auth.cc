@@ -1,0 +1,107 @@
+#include "server/session/auth.h"
+
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <limits>
+#include <stdexcept>
+
+namespace tally::server::session {
+
+namespace {
+
+int hexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool tokenMatches(const TenantRule& rule, const Sha256& digest) {
+  return rule.tokenSha256 && CRYPTO_memcmp(rule.tokenSha256->data(), digest.data(), digest.size()) == 0;
+}
+
+bool uidMatches(const TenantRule& rule, std::optional<uint32_t> unixUid) {
+  return !rule.unixUid || (unixUid && *rule.unixUid == *unixUid);
+}
+
+// Every rule is examined (no early exit), so the time taken does not tell which one matched.
+const TenantRule* matchToken(const AuthPolicy& policy, const Sha256& digest, std::optional<uint32_t> unixUid) {
+  const TenantRule* found = nullptr;
+  for (const TenantRule& rule : policy.tenants) {
+    bool match = tokenMatches(rule, digest) && uidMatches(rule, unixUid);
+    if (match && found == nullptr) found = &rule;
+  }
+  return found;
+}
+
+const TenantRule* matchUid(const AuthPolicy& policy, std::optional<uint32_t> unixUid) {
+  if (!unixUid) return nullptr;
+  for (const TenantRule& rule : policy.tenants) {
+    if (!rule.tokenSha256 && rule.unixUid && *rule.unixUid == *unixUid) return &rule;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool parseSha256Hex(std::string_view hex, Sha256& out) {
+  if (hex.size() != 2 * out.size()) return false;
+  for (size_t i = 0; i < out.size(); ++i) {
+    int high = hexDigit(hex[2 * i]);
+    int low = hexDigit(hex[2 * i + 1]);
+    if (high < 0 || low < 0) return false;
+    out[i] = static_cast<uint8_t>(high << 4 | low);
+  }
+  return true;
+}
+
+Sha256 sha256(std::span<const uint8_t> bytes) {
+  Sha256 digest{};
+  unsigned length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1 ||
+      length != digest.size()) {
+    throw std::runtime_error("EVP_Digest(SHA-256) failed");
+  }
+  return digest;
+}
+
+AuthResult authenticate(const AuthPolicy& policy, std::span<const uint8_t> token, std::optional<uint32_t> unixUid) {
+  if (!token.empty()) {
+    // With no rules at all a token means nothing (tallyd before authentication existed).
+    if (policy.tenants.empty() && !policy.requireAuth) return {};
+    if (const TenantRule* rule = matchToken(policy, sha256(token), unixUid)) return {rule, {}};
+    return {nullptr, "unknown token"};
+  }
+  if (const TenantRule* rule = matchUid(policy, unixUid)) return {rule, {}};
+  if (!policy.requireAuth) return {};
+  if (unixUid) {
+    return {nullptr, fmt::format("authentication required: no token, and no unix_uid rule matches uid {}", *unixUid)};
+  }
+  return {nullptr, "authentication required: no token (set TALLY_TOKEN)"};
+}
+
+PriorityDecision decidePriority(const TenantRule& rule, PriorityClass requested) {
+  bool tooHigh = requested == PriorityClass::kHigh && rule.allowedPriority == AllowedPriority::kBestEffort;
+  if (!tooHigh) return {requested, false, {}};
+  if (rule.capPriority) return {PriorityClass::kBestEffort, true, {}};
+  return {requested, false, fmt::format("tenant {} may not request high priority", rule.name)};
+}
+
+bool withinQuota(size_t used, size_t request, size_t quota) {
+  if (quota == 0) return true;
+  return used <= quota && request <= quota - used;
+}
+
+bool withinStreamLimit(size_t count, size_t maxStreams) { return maxStreams == 0 || count < maxStreams; }
+
+size_t pitchedBytesUpperBound(size_t width, size_t height) {
+  constexpr size_t kMax = std::numeric_limits<size_t>::max();
+  if (width > kMax - (kPitchAlignment - 1)) return kMax;
+  size_t pitch = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  if (height != 0 && pitch > kMax / height) return kMax;
+  return pitch * height;
+}
+
+}  // namespace tally::server::session

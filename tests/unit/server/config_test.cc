@@ -1,0 +1,151 @@
+#include "server/main/config.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace tally::server {
+namespace {
+
+constexpr const char* kHashA = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+constexpr const char* kHashB = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+
+// Writes `text` to a fresh file and loads it over default settings.
+class ConfigFile : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+
+  bool load(const std::string& text) {
+    char name[] = "/tmp/tally-config-test.XXXXXX";
+    int fd = ::mkstemp(name);
+    EXPECT_GE(fd, 0);
+    ::close(fd);
+    path_ = name;
+    std::ofstream(path_) << text;
+    config_ = Config{};
+    error_.clear();
+    return loadConfigFile(path_, config_, error_);
+  }
+
+  // Loads a file with one [[tenant]] made of `keys`; returns the error text ("" if it loaded).
+  std::string tenantError(const std::string& keys) {
+    return load("[[tenant]]\n" + keys) ? std::string() : error_;
+  }
+
+  std::string path_;
+  Config config_;
+  std::string error_;
+};
+
+TEST_F(ConfigFile, ValidFileWithTwoTenants) {
+  ASSERT_TRUE(load(std::string("require_auth = true\nlog_level = \"debug\"\n") +
+                   "[[tenant]]\nname = \"inference\"\ntoken_sha256 = \"" + kHashA +
+                   "\"\nallowed_priority = \"high\"\nmemory_quota_bytes = 1073741824\nmax_streams = 8\n"
+                   "[[tenant]]\nname = \"training\"\ntoken_sha256 = \"" + kHashB +
+                   "\"\nunix_uid = 1000\nallowed_priority = \"best-effort\"\ncap_priority = true\n"))
+      << error_;
+  EXPECT_TRUE(config_.auth.requireAuth);
+  EXPECT_EQ(config_.logLevel, "debug");
+  ASSERT_EQ(config_.auth.tenants.size(), 2u);
+  const auto& a = config_.auth.tenants[0];
+  EXPECT_EQ(a.name, "inference");
+  ASSERT_TRUE(a.tokenSha256.has_value());
+  EXPECT_EQ((*a.tokenSha256)[0], 0xba);
+  EXPECT_FALSE(a.unixUid.has_value());
+  EXPECT_EQ(a.allowedPriority, session::AllowedPriority::kHigh);
+  EXPECT_FALSE(a.capPriority);
+  EXPECT_EQ(a.limits.memoryQuotaBytes, 1ull << 30);
+  EXPECT_EQ(a.limits.maxStreams, 8u);
+  const auto& b = config_.auth.tenants[1];
+  EXPECT_EQ(b.unixUid, 1000u);
+  EXPECT_EQ(b.allowedPriority, session::AllowedPriority::kBestEffort);
+  EXPECT_TRUE(b.capPriority);
+  EXPECT_EQ(b.limits.memoryQuotaBytes, 0u);
+  EXPECT_EQ(b.limits.maxStreams, 0u);
+}
+
+TEST_F(ConfigFile, DefaultsKeepTodaysBehaviour) {
+  ASSERT_TRUE(load("poll_us = 10\n")) << error_;
+  EXPECT_FALSE(config_.auth.requireAuth);
+  EXPECT_TRUE(config_.auth.tenants.empty());
+}
+
+TEST_F(ConfigFile, UidOnlyTenantDefaultsToAnyPriority) {
+  ASSERT_TRUE(load("[[tenant]]\nname = \"local\"\nunix_uid = 0\n")) << error_;
+  ASSERT_EQ(config_.auth.tenants.size(), 1u);
+  EXPECT_EQ(config_.auth.tenants[0].unixUid, 0u);
+  EXPECT_FALSE(config_.auth.tenants[0].tokenSha256.has_value());
+  EXPECT_EQ(config_.auth.tenants[0].allowedPriority, session::AllowedPriority::kAny);
+}
+
+TEST_F(ConfigFile, UnknownTopLevelKey) {
+  EXPECT_FALSE(load("requre_auth = true\n"));
+  EXPECT_NE(error_.find("unknown key 'requre_auth'"), std::string::npos) << error_;
+}
+
+TEST_F(ConfigFile, BadRequireAuth) {
+  EXPECT_FALSE(load("require_auth = \"yes\"\n"));
+  EXPECT_NE(error_.find("'require_auth' must be true or false"), std::string::npos) << error_;
+}
+
+TEST_F(ConfigFile, TenantMustBeArrayOfTables) {
+  EXPECT_FALSE(load("tenant = 3\n"));
+  EXPECT_NE(error_.find("[[tenant]]"), std::string::npos) << error_;
+}
+
+TEST_F(ConfigFile, BadTenantValues) {
+  std::string name = "name = \"t\"\n";
+  std::string token = std::string("token_sha256 = \"") + kHashA + "\"\n";
+  struct Case {
+    std::string keys;
+    std::string expected;
+  } cases[] = {
+      {token, "'name' is required"},
+      {"name = \"\"\n" + token, "'name' is required"},
+      {"name = 7\n" + token, "'name' must be a string"},
+      {name, "needs 'token_sha256' or 'unix_uid'"},
+      {name + "token_sha256 = \"abc\"\n", "64 hex digits"},
+      {name + "token_sha256 = \"" + std::string(64, 'z') + "\"\n", "64 hex digits"},
+      {name + "token_sha256 = 5\n", "'token_sha256' must be a string"},
+      {name + "unix_uid = -1\n", "'unix_uid' must be an integer"},
+      {name + "unix_uid = 4294967295\n", "'unix_uid' must be an integer"},
+      {name + "unix_uid = \"1000\"\n", "'unix_uid' must be an integer"},
+      {name + token + "allowed_priority = \"urgent\"\n", "'allowed_priority' is 'urgent'"},
+      {name + token + "allowed_priority = 1\n", "'allowed_priority' must be a string"},
+      {name + token + "cap_priority = 1\n", "'cap_priority' must be true or false"},
+      {name + token + "memory_quota_bytes = -5\n", "'memory_quota_bytes' must be an integer"},
+      {name + token + "memory_quota_bytes = 1.5\n", "'memory_quota_bytes' must be an integer"},
+      {name + token + "max_streams = -1\n", "'max_streams' must be an integer"},
+      {name + token + "max_streams = 4294967296\n", "'max_streams' must be an integer"},
+      {name + token + "quota = 1\n", "unknown key 'quota'"},
+  };
+  for (const Case& c : cases) {
+    std::string error = tenantError(c.keys);
+    EXPECT_NE(error.find(c.expected), std::string::npos) << "keys:\n" << c.keys << "error: " << error;
+    EXPECT_NE(error.find("[[tenant]] #1"), std::string::npos) << error;
+  }
+}
+
+TEST_F(ConfigFile, DuplicateTenants) {
+  std::string a = std::string("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"") + kHashA + "\"\n";
+  EXPECT_FALSE(load(a + a));
+  EXPECT_NE(error_.find("defined twice"), std::string::npos) << error_;
+  EXPECT_FALSE(load(a + "[[tenant]]\nname = \"b\"\ntoken_sha256 = \"" + kHashA + "\"\n"));
+  EXPECT_NE(error_.find("same credentials"), std::string::npos) << error_;
+  EXPECT_FALSE(load("[[tenant]]\nname = \"a\"\nunix_uid = 5\n[[tenant]]\nname = \"b\"\nunix_uid = 5\n"));
+  EXPECT_NE(error_.find("both match unix_uid 5"), std::string::npos) << error_;
+}
+
+TEST_F(ConfigFile, SyntaxError) {
+  EXPECT_FALSE(load("[[tenant]\n"));
+  EXPECT_NE(error_.find(path_), std::string::npos) << error_;
+}
+
+}  // namespace
+}  // namespace tally::server
