@@ -53,6 +53,14 @@ size_t prologuePosition(const std::vector<Statement>& body) {
   return i;
 }
 
+std::optional<std::string> variantPrecondition(const Function& kernel, const std::vector<std::string_view>& extraParams) {
+  if (!kernel.isEntry || !kernel.hasBody || !kernel.bodyError.empty()) {
+    return kernel.name + " is not a parsed kernel definition";
+  }
+  if (parameterNameClash(kernel, extraParams)) return kernel.name + " already has a __tally_* parameter";
+  return std::nullopt;
+}
+
 bool parameterNameClash(const Function& kernel, const std::vector<std::string_view>& declarations) {
   std::set<std::string, std::less<>> names;
   for (const Param& p : kernel.params) names.insert(p.name);

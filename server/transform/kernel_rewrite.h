@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,10 @@ struct VariantResult {
   Function function;
   std::string error;
 };
+
+// Why `kernel` cannot take a variant with the parameters `extraParams` (not a parsed kernel
+// definition, or a parameter name clash); nullopt when it can.
+std::optional<std::string> variantPrecondition(const Function& kernel, const std::vector<std::string_view>& extraParams);
 
 struct ModuleTransformResult {
   bool ok = false;

@@ -306,12 +306,8 @@ std::optional<std::string> ptbObstacle(const Function& f, bool isKernel) {
 
 VariantResult makePtbKernel(const Function& kernel) {
   VariantResult result;
-  if (!kernel.isEntry || !kernel.hasBody || !kernel.bodyError.empty()) {
-    result.error = kernel.name + " is not a parsed kernel definition";
-    return result;
-  }
-  if (parameterNameClash(kernel, kExtraParams)) {
-    result.error = kernel.name + " already has a __tally_* parameter";
+  if (std::optional<std::string> why = variantPrecondition(kernel, kExtraParams)) {
+    result.error = *why;
     return result;
   }
   if (std::optional<std::string> why = ptbObstacle(kernel, true)) {

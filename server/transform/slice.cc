@@ -44,12 +44,8 @@ const std::vector<std::string_view> kExtraParams{".param .u32 __tally_grid_x", "
 
 SliceResult makeSlicedKernel(const Function& kernel) {
   SliceResult result;
-  if (!kernel.isEntry || !kernel.hasBody || !kernel.bodyError.empty()) {
-    result.error = kernel.name + " is not a parsed kernel definition";
-    return result;
-  }
-  if (parameterNameClash(kernel, kExtraParams)) {
-    result.error = kernel.name + " already has a __tally_* parameter";
+  if (std::optional<std::string> why = variantPrecondition(kernel, kExtraParams)) {
+    result.error = *why;
     return result;
   }
   Function f = kernel;
