@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace tally::server::api {
 
 void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill,
@@ -83,8 +85,27 @@ void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_p
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }
 
+namespace {
+
+// tallyctl's stats: relaxed increments only (the admin thread just reads them).
+void countCall(session::TenantCounters& counters, wire::Call::Reader call) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  counters.calls.fetch_add(1, relaxed);
+  if (call.isLaunchKernel()) {
+    counters.launches.fetch_add(1, relaxed);
+  } else if (call.isMemcpy()) {
+    auto copy = call.getMemcpy();
+    uint64_t bytes = copy.getWidth() * std::max<uint64_t>(copy.getHeight(), 1);
+    if (copy.getKind() == wire::CopyKind::HOST_TO_DEVICE) counters.bytesHostToDevice.fetch_add(bytes, relaxed);
+    if (copy.getKind() == wire::CopyKind::DEVICE_TO_HOST) counters.bytesDeviceToHost.fetch_add(bytes, relaxed);
+  }
+}
+
+}  // namespace
+
 bool dispatch(CallContext& ctx, wire::Call::Reader call) {
   using W = wire::Call;
+  countCall(ctx.tenant().counters(), call);
   switch (call.which()) {
     case W::MEM_ALLOC: case W::MEM_FREE: case W::MEMCPY: case W::MEMSET: case W::MEM_GET_INFO:
     case W::HOST_REGISTER: case W::HOST_UNREGISTER:

@@ -161,6 +161,17 @@ bool readTenants(const toml::table& table, session::AuthPolicy& auth, std::strin
 
 }  // namespace
 
+bool parseAdminSocket(const std::string& text, std::string& path, std::string& error) {
+  static const std::string kUnix = "unix:";
+  std::string candidate = text.rfind(kUnix, 0) == 0 ? text.substr(kUnix.size()) : text;
+  if (candidate.find("://") != std::string::npos || (text.rfind(kUnix, 0) == 0 && candidate.empty())) {
+    error = fmt::format("admin socket '{}': expected unix:PATH (the control socket is Unix only) or \"\" for none", text);
+    return false;
+  }
+  path = candidate;
+  return true;
+}
+
 bool loadConfigFile(const std::string& path, Config& config, std::string& error) {
   toml::table table;
   try {
@@ -169,10 +180,10 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
     error = fmt::format("{}: {}", path, e.description());
     return false;
   }
-  static const std::set<std::string> kKnown = {"listen",         "log_level",         "unix_socket_mode",
-                                               "module_cache_bytes", "max_message_bytes", "max_bulk_bytes",
-                                               "inline_wait_us", "poll_us",           "require_auth",
-                                               "tenant"};
+  static const std::set<std::string> kKnown = {"listen",         "admin_socket",      "log_level",
+                                               "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
+                                               "max_bulk_bytes", "inline_wait_us",    "poll_us",
+                                               "require_auth",   "tenant"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -193,7 +204,9 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.inlineWaitMicros = table["inline_wait_us"].value_or(config.inlineWaitMicros);
   config.pollMicros = table["poll_us"].value_or(config.pollMicros);
   std::string why;
-  if (!readBool(table, "require_auth", config.auth.requireAuth, why) || !readTenants(table, config.auth, why)) {
+  std::optional<std::string> admin;
+  if (!readString(table, "admin_socket", admin, why) || (admin && !parseAdminSocket(*admin, config.adminSocket, why)) ||
+      !readBool(table, "require_auth", config.auth.requireAuth, why) || !readTenants(table, config.auth, why)) {
     error = fmt::format("{}: {}", path, why);
     return false;
   }

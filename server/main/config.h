@@ -11,6 +11,7 @@ namespace tally::server {
 
 struct Config {
   std::vector<std::string> listen{"unix:/run/tally/tallyd.sock"};
+  std::string adminSocket = "/run/tally/tallyd-admin.sock";  // control socket path; empty: none
   std::string logLevel = "info";
   unsigned unixSocketMode = 0660;
   uint64_t moduleCacheBytes = 4ull << 30;
@@ -20,6 +21,10 @@ struct Config {
   unsigned pollMicros = 50;
   session::AuthPolicy auth;  // require_auth and the [[tenant]] rules
 };
+
+// The control socket's path from `text`: "unix:PATH" or a plain PATH; "" (no control socket)
+// stays "". False with `error` for anything else (the control socket is Unix only).
+bool parseAdminSocket(const std::string& text, std::string& path, std::string& error);
 
 // Reads `path` over `config`; false with `error` on a bad file or an unknown key.
 bool loadConfigFile(const std::string& path, Config& config, std::string& error);

@@ -1,5 +1,6 @@
 // tallyd: builds every module explicitly (no registries) and runs the listener's loop.
 #include "common/log/log.h"
+#include "server/admin/admin_server.h"
 #include "server/api/call_context.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
@@ -14,22 +15,27 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 namespace tally::server {
 namespace {
 
-// Owns the live sessions: starts one per connection, stops them all on shutdown.
-class SessionRegistry final : public transport::ConnectionSink {
+// Owns the live sessions: starts one per connection, stops them all on shutdown, and shows
+// them to the control socket.
+class SessionRegistry final : public transport::ConnectionSink, public admin::SessionSource {
  public:
-  explicit SessionRegistry(api::Services& services) : services_(services) {}
+  SessionRegistry(api::Services& services, const std::atomic<bool>& draining)
+      : services_(services), draining_(draining) {}
 
   // tally::server::transport::ConnectionSink
   void onConnection(int fd, std::string peer) override {
     uint64_t id = nextTenantId_++;
-    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer)}, services_, id);
+    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer)}, services_, id, draining_);
     {
       std::lock_guard lock(mutex_);
       sessions_.emplace(id, s);
@@ -50,8 +56,17 @@ class SessionRegistry final : public transport::ConnectionSink {
     for (auto& [id, s] : live) s->join();
   }
 
+  // tally::server::admin::SessionSource
+  std::vector<std::shared_ptr<session::Session>> liveSessions() override {
+    std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<session::Session>> live;
+    for (auto& [id, s] : sessions_) live.push_back(s);
+    return live;
+  }
+
  private:
   api::Services& services_;
+  const std::atomic<bool>& draining_;
   std::atomic<uint64_t> nextTenantId_{1};
   std::mutex mutex_;
   std::map<uint64_t, std::shared_ptr<session::Session>> sessions_;
@@ -69,14 +84,17 @@ void onFatalSignal(int signum) {
 }
 
 int run(int argc, char** argv) {
+  auto startedAt = std::chrono::steady_clock::now();
   for (int s : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(s, onFatalSignal);
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"tallyd: shares GPUs between CUDA applications that run with libtally_client.so"};
   std::string configPath;
   std::vector<std::string> listen;
   std::string logLevel;
+  std::optional<std::string> admin;
   app.add_option("--config", configPath, "TOML configuration file");
   app.add_option("--listen", listen, "unix:/path or tcp://host:port (repeatable; overrides the file)");
+  app.add_option("--admin", admin, "control socket for tallyctl: unix:PATH, or \"\" for none (overrides the file)");
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
@@ -87,6 +105,10 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (!listen.empty()) config.listen = listen;
+  if (admin && !parseAdminSocket(*admin, config.adminSocket, error)) {
+    std::fprintf(stderr, "tallyd: --admin: %s\n", error.c_str());
+    return 2;
+  }
   if (!logLevel.empty()) config.logLevel = logLevel;
   log::setup("tallyd", config.logLevel, spdlog::level::info);
 
@@ -117,11 +139,24 @@ int run(int argc, char** argv) {
   spdlog::info("{} tenant rule{}, authentication {}", config.auth.tenants.size(),
                config.auth.tenants.size() == 1 ? "" : "s", config.auth.requireAuth ? "required" : "optional");
 
-  SessionRegistry registry(services);
+  std::atomic<bool> draining{false};
+  SessionRegistry registry(services, draining);
   transport::Listener listener(listenOptions, registry);
   if (!listener.bind(error)) {
     spdlog::error("{}", error);
     return 1;
+  }
+  // Destroyed before the registry: no admin request outlives the sessions it looks at.
+  std::optional<admin::AdminServer> adminServer;
+  if (!config.adminSocket.empty()) {
+    std::vector<std::string> gpuNames;
+    for (auto& g : gpus) gpuNames.push_back(g->description().name);
+    adminServer.emplace(config.adminSocket, admin::AdminState{std::move(gpuNames), startedAt, draining, registry});
+    // tallyd still serves tenants without its control socket (e.g. two tallyds, one default path).
+    if (!adminServer->start(error)) {
+      spdlog::error("{}; tallyctl cannot reach this tallyd", error);
+      adminServer.reset();
+    }
   }
   spdlog::info("tallyd ready ({} GPU{})", gpus.size(), gpus.size() == 1 ? "" : "s");
   listener.run();

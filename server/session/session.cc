@@ -10,8 +10,8 @@
 
 namespace tally::server::session {
 
-Session::Session(int fd, PeerInfo peer, api::Services& services, uint64_t tenantId)
-    : fd_(fd), peer_(std::move(peer)), services_(services), tenantId_(tenantId) {
+Session::Session(int fd, PeerInfo peer, api::Services& services, uint64_t tenantId, const std::atomic<bool>& draining)
+    : fd_(fd), peer_(std::move(peer)), services_(services), tenantId_(tenantId), draining_(draining) {
   outbox_ = std::make_shared<Outbox>(fd_);
 }
 
@@ -148,11 +148,17 @@ bool Session::greet(frame::IncomingFrame& frame) {
   }
   std::optional<Admission> admission = admit(hello);
   if (!admission) return false;
+  if (draining_.load(std::memory_order_relaxed)) {
+    refuse("tallyd is draining", fmt::format(" (tenant {})", admission->name));
+    return false;
+  }
   if (services_.gpus.empty()) {
     refuse("no GPU is visible to tallyd", fmt::format(" (tenant {})", admission->name));
     return false;
   }
   tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, services_.gpus, admission->limits);
+  admittedAt_ = std::chrono::system_clock::now();
+  admitted_.store(true, std::memory_order_release);
   spdlog::info("tenant {} ({}) connected from {} (host {}, pid {}), {}", tenantId_, admission->name, peer_.description,
                hello.getClientHost().cStr(), hello.getClientPid(), priorityText(admission->priority));
 

@@ -6,6 +6,7 @@
 #include "server/api/call_context.h"
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,17 +20,24 @@ struct PeerInfo {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(int fd, PeerInfo peer, api::Services& services, uint64_t tenantId);
+  // While `draining` is true the handshake refuses new tenants ("tallyd is draining").
+  Session(int fd, PeerInfo peer, api::Services& services, uint64_t tenantId, const std::atomic<bool>& draining);
   ~Session();
 
   // Runs the session on its own thread; `onExit` is called from that thread at the end.
   void start(std::function<void(Session&)> onExit);
-  // Asks the session to end (closes the socket); returns at once.
+  // Asks the session to end (shuts the socket down); returns at once. Thread-safe.
   void stop();
   void join();
 
   uint64_t tenantId() const { return tenantId_; }
   const PeerInfo& peer() const { return peer_; }
+
+  // For the control socket, from any thread: the tenant once the handshake admitted it
+  // (nullptr before). Read only what is fixed at admission (name, priority) and its counters().
+  const Tenant* admittedTenant() const { return admitted_.load(std::memory_order_acquire) ? tenant_.get() : nullptr; }
+  // When the handshake admitted the tenant; valid once admittedTenant() is not null.
+  std::chrono::system_clock::time_point admittedAt() const { return admittedAt_; }
 
  private:
   void run();
@@ -52,8 +60,11 @@ class Session : public std::enable_shared_from_this<Session> {
   PeerInfo peer_;
   api::Services& services_;
   uint64_t tenantId_;
+  const std::atomic<bool>& draining_;
   std::shared_ptr<Outbox> outbox_;
   std::unique_ptr<Tenant> tenant_;
+  std::chrono::system_clock::time_point admittedAt_;
+  std::atomic<bool> admitted_{false};  // publishes tenant_ and admittedAt_ to other threads
   std::function<void(Session&)> onExit_;
   std::thread thread_;
 };

@@ -31,9 +31,17 @@ bool Tenant::memoryQuotaAllows(size_t request) {
   return false;
 }
 
+size_t Tenant::userStreamCount() const {
+  return std::count_if(streams_.begin(), streams_.end(), [](const auto& s) { return !s.second->legacyDefault; });
+}
+
+void Tenant::publishUsage() {
+  counters_.memoryBytes.store(allocatedBytes_, std::memory_order_relaxed);
+  counters_.streams.store(static_cast<uint32_t>(userStreamCount()), std::memory_order_relaxed);
+}
+
 bool Tenant::streamLimitAllows() {
-  size_t count = std::count_if(streams_.begin(), streams_.end(), [](const auto& s) { return !s.second->legacyDefault; });
-  if (withinStreamLimit(count, limits_.maxStreams)) return true;
+  if (withinStreamLimit(userStreamCount(), limits_.maxStreams)) return true;
   if (!streamLimitLogged_) {
     spdlog::warn("tenant {} ({}) reached its stream limit of {}", id_, name_, limits_.maxStreams);
     streamLimitLogged_ = true;
@@ -62,6 +70,7 @@ CUresult Tenant::createStream(uint32_t device, uint64_t id, bool nonBlocking, in
   if (CUresult r = cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) return r;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
   streams_.emplace(id, std::move(s));
+  publishUsage();
   return CUDA_SUCCESS;
 }
 
@@ -142,6 +151,7 @@ CUresult Tenant::destroyStream(uint64_t id) {
   cuEventDestroy(s.joinEvent);
   if (s.hostFlag != nullptr) retiredHostFlags_.push_back(s.hostFlag);
   streams_.erase(it);
+  publishUsage();
   return CUDA_SUCCESS;
 }
 
@@ -184,6 +194,7 @@ CUresult Tenant::allocate(uint32_t device, size_t size, CUdeviceptr& out) {
   if (CUresult r = cuMemAlloc(&out, size); r != CUDA_SUCCESS) return r;
   ranges_.emplace(out, Range{size, g, true});
   allocatedBytes_ += size;
+  publishUsage();
   return CUDA_SUCCESS;
 }
 
@@ -195,6 +206,7 @@ CUresult Tenant::allocatePitch(uint32_t device, size_t width, size_t height, CUd
   if (CUresult r = cuMemAllocPitch(&out, &pitch, width, height, 16); r != CUDA_SUCCESS) return r;
   ranges_.emplace(out, Range{pitch * height, g, true});
   allocatedBytes_ += pitch * height;
+  publishUsage();
   return CUDA_SUCCESS;
 }
 
@@ -205,6 +217,7 @@ CUresult Tenant::free(CUdeviceptr ptr) {
   CUresult r = cuMemFree(ptr);
   allocatedBytes_ -= it->second.size;
   ranges_.erase(it);
+  publishUsage();
   return r;
 }
 
@@ -350,6 +363,7 @@ void Tenant::release() {
   modules_.clear();
   functions_.clear();
   hostMappings_.clear();
+  publishUsage();
 }
 
 }  // namespace tally::server::session

@@ -58,6 +58,17 @@ struct ModuleState {
   CUmodule module = nullptr;
 };
 
+// What tallyctl shows about a tenant. Only the session thread writes them (relaxed atomic
+// increments and stores on the call path); the admin thread reads them at any time.
+struct TenantCounters {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> bytesHostToDevice{0};
+  std::atomic<uint64_t> bytesDeviceToHost{0};
+  std::atomic<uint64_t> memoryBytes{0};  // allocated device memory, stored after each change
+  std::atomic<uint32_t> streams{0};      // created streams (not the legacy default ones), likewise
+};
+
 struct HostMapping {
   void* local = nullptr;    // where tallyd mapped the client's memfd
   size_t size = 0;
@@ -122,6 +133,9 @@ class Tenant {
   // queue; while any is, a later notice must queue behind it rather than overtake it.
   const std::shared_ptr<std::atomic<int>>& queuedNotices() const { return queuedNotices_; }
 
+  TenantCounters& counters() { return counters_; }
+  const TenantCounters& counters() const { return counters_; }
+
   // --- errors of one-way calls ---------------------------------------------------------
   void deferError(CUresult r) {
     if (deferred_ == CUDA_SUCCESS) deferred_ = r;
@@ -146,6 +160,10 @@ class Tenant {
   // Quota checks (logged once per tenant when they first refuse).
   bool memoryQuotaAllows(size_t request);
   bool streamLimitAllows();
+  // Streams the tenant created (what max_streams limits).
+  size_t userStreamCount() const;
+  // Copies allocatedBytes_ and the stream count into counters_ (after each change).
+  void publishUsage();
   void joinStreams(StreamState& waiter, StreamState& waited);
 
   uint64_t id_;
@@ -169,6 +187,7 @@ class Tenant {
   CUresult deferred_ = CUDA_SUCCESS;
   std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);
   bool released_ = false;
+  TenantCounters counters_;
 };
 
 }  // namespace tally::server::session

@@ -6,7 +6,8 @@
 #
 #   CASE         no_server | no_gpu | garbage_peer | version_mismatch |
 #                security_tokens | security_require_auth | security_priority |
-#                security_cap_priority | security_uid_rule | security_bad_config
+#                security_cap_priority | security_uid_rule | security_bad_config |
+#                operations_status | operations_drain | operations_evict | operations_no_socket
 #   TALLYD       the tallyd executable
 #   CLIENT_LIB   libtally_client.so (LD_PRELOADed into PROGRAM)
 #   PROGRAM      an nvcc-built (-cudart shared) program, e.g. tests/gpu/gpu_vector_add;
@@ -14,12 +15,16 @@
 #   SCHEMA_DIR   the repository's schema/ (for `capnp encode/decode`)
 #   CUDA_LIB_DIR appended to LD_LIBRARY_PATH so PROGRAM finds libcudart
 #
+# TALLYCTL (environment) is tallyctl; by default the one next to TALLYD. tallyd always gets a
+# control socket of its own under the test's temporary directory.
+#
 # Exit status: 0 passed, 1 failed, 77 skipped (the reason is printed).
 # Every wait is bounded: a client run gets 10 s, tallyd's start 10 s, its stop 5 s.
 set -uo pipefail
 
 [[ $# -ge 5 ]] || { echo "usage: $0 CASE TALLYD CLIENT_LIB PROGRAM SCHEMA_DIR [CUDA_LIB_DIR]" >&2; exit 2; }
 CASE=$1 TALLYD=$2 CLIENT_LIB=$3 PROGRAM=$4 SCHEMA_DIR=$5 CUDA_LIB_DIR=${6:-}
+TALLYCTL=${TALLYCTL:-$(dirname "$TALLYD")/tallyctl}
 
 # The developer's own client settings must not leak into the tests.
 while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep '^TALLY_' || true)
@@ -31,6 +36,7 @@ CLIENT_TIMEOUT=10
 
 TMPD=$(mktemp -d "${TMPDIR:-/tmp}/tally-it.XXXXXX") || { echo "FAIL: mktemp" >&2; exit 1; }
 SOCK=$TMPD/t.sock
+ADMIN_SOCK=$TMPD/admin.sock
 LOG=$TMPD/tallyd.log
 PORT=""
 TALLYD_PID=""
@@ -92,7 +98,7 @@ start_tallyd() {  # start_tallyd [EXTRA_TALLYD_ARGS...], e.g. --config FILE
   local _attempt
   for _attempt in 1 2 3; do
     PORT=$(pick_port) || fail "no free TCP port"
-    "$TALLYD" "$@" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" >"$LOG" 2>&1 &
+    "$TALLYD" "$@" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" --admin "unix:$ADMIN_SOCK" >"$LOG" 2>&1 &
     TALLYD_PID=$!
     local deadline=$(($(now_ms) + 10000))
     while (($(now_ms) < deadline)); do
@@ -440,6 +446,100 @@ case_security_bad_config() {
   [[ ! -e $SOCK ]] || fail "tallyd created its socket despite the bad configuration"
 }
 
+# ------------------------------------------------------------------ operations (tallyctl)
+# ctl NAME ARGS...: runs tallyctl against tallyd's control socket; sets CTL_RC, CTL_OUT, CTL_ERR
+ctl() {
+  local name=$1
+  shift
+  [[ -x $TALLYCTL ]] || fail "tallyctl not built: $TALLYCTL"
+  CTL_OUT=$TMPD/ctl-$name.out CTL_ERR=$TMPD/ctl-$name.err
+  CTL_RC=0
+  timeout -k 2 10 "$TALLYCTL" --socket "$ADMIN_SOCK" "$@" >"$CTL_OUT" 2>"$CTL_ERR" </dev/null || CTL_RC=$?
+  say "tallyctl $*: exit $CTL_RC"
+}
+
+# ctl_ok NAME ARGS...: tallyctl must exit 0
+ctl_ok() {
+  ctl "$@"
+  [[ $CTL_RC -eq 0 ]] || { show "$CTL_OUT" "tallyctl stdout"; show "$CTL_ERR" "tallyctl stderr"; fail "tallyctl ${*:2} exited $CTL_RC"; }
+}
+
+# ctl_expect REGEX WHAT: tallyctl's stdout must have a line matching REGEX
+ctl_expect() {
+  grep -qE -- "$1" "$CTL_OUT" || { show "$CTL_OUT" "tallyctl stdout"; fail "tallyctl output lacks $2 ('$1')"; }
+  pass "tallyctl shows $2: $(grep -E -- "$1" "$CTL_OUT" | head -n 1)"
+}
+
+# ctl_refused TEXT: tallyctl must have failed (non-zero, not killed) with one line containing TEXT
+ctl_refused() {
+  [[ $CTL_RC -ne 0 && $CTL_RC -ne 124 && $CTL_RC -ne 137 ]] || fail "tallyctl exited $CTL_RC (expected a failure)"
+  grep -qF -- "$1" "$CTL_ERR" || { show "$CTL_ERR" "tallyctl stderr"; fail "tallyctl's stderr does not contain '$1'"; }
+  [[ $(wc -l <"$CTL_ERR") -eq 1 ]] || { show "$CTL_ERR" "tallyctl stderr"; fail "tallyctl's reason is not one line"; }
+  pass "tallyctl exited $CTL_RC: $(cat "$CTL_ERR")"
+}
+
+case_operations_status() {
+  start_tallyd
+  [[ -S $ADMIN_SOCK ]] || fail "no control socket at $ADMIN_SOCK"
+  local mode
+  mode=$(stat -c %a "$ADMIN_SOCK")
+  [[ $mode == 600 ]] || fail "the control socket has mode $mode (expected 600)"
+  pass "the control socket has mode 600"
+  ctl_ok status status
+  if gpu_visible; then
+    ctl_expect '^gpus +[1-9]' "the GPUs"
+  else
+    ctl_expect '^gpus +0$' "0 GPUs"
+  fi
+  ctl_expect '^draining +no$' "not draining"
+  ctl_expect '^tenants +0$' "0 tenants"
+  ctl_expect '^version +[0-9]' "the version"
+  ctl_ok tenants tenants
+  ctl_expect '^ID +NAME +PRIORITY +MEMORY +STREAMS +CONNECTED +PEER$' "the tenant table's header"
+  [[ $(wc -l <"$CTL_OUT") -eq 1 ]] || { show "$CTL_OUT" "tallyctl stdout"; fail "the tenant table is not empty"; }
+  pass "the tenant table is empty"
+  ctl_ok stats stats
+  ctl_expect '^ID +NAME +CALLS +LAUNCHES +H2D +D2H$' "the stats table's header"
+  [[ $(wc -l <"$CTL_OUT") -eq 1 ]] || { show "$CTL_OUT" "tallyctl stdout"; fail "the stats table is not empty"; }
+  pass "the stats table is empty"
+  stop_tallyd
+  [[ ! -e $ADMIN_SOCK ]] || fail "tallyd left its control socket $ADMIN_SOCK behind"
+  pass "tallyd removed its control socket"
+}
+
+case_operations_drain() {
+  gpu_visible && skip "a GPU is visible; this test expects 'no GPU' after undrain"
+  need_program
+  start_tallyd
+  ctl_ok drain drain
+  expect_log "admin uid=$(id -u) pid=[0-9]+: drain: new tenants are refused" "the drain with the admin's uid"
+  ctl_ok status-drained status
+  ctl_expect '^draining +yes' "draining"
+  expect_refused drained "unix:$SOCK" "tallyd is draining"
+  expect_log "refused unix pid=[0-9]+ .*: tallyd is draining" "the refusal while draining"
+  ctl_ok undrain undrain
+  expect_log "admin uid=$(id -u) pid=[0-9]+: undrain: new tenants are admitted" "the undrain with the admin's uid"
+  expect_refused undrained "unix:$SOCK" "$NO_GPU_MSG"
+  ctl_ok status-undrained status
+  ctl_expect '^draining +no$' "not draining"
+  stop_tallyd
+}
+
+case_operations_evict() {
+  start_tallyd
+  ctl evict evict 12345
+  ctl_refused "no tenant 12345"
+  expect_log "admin uid=$(id -u) pid=[0-9]+: evict 12345: no such tenant" "the evict with the admin's uid"
+  assert_tallyd_alive "after the evict of an unknown tenant"
+  stop_tallyd
+}
+
+case_operations_no_socket() {
+  ADMIN_SOCK=$TMPD/missing.sock
+  ctl missing status
+  ctl_refused "cannot reach tallyd's control socket at $ADMIN_SOCK: "
+}
+
 case $CASE in
   no_server) case_no_server ;;
   no_gpu) case_no_gpu ;;
@@ -451,6 +551,10 @@ case $CASE in
   security_cap_priority) case_security_cap_priority ;;
   security_uid_rule) case_security_uid_rule ;;
   security_bad_config) case_security_bad_config ;;
+  operations_status) case_operations_status ;;
+  operations_drain) case_operations_drain ;;
+  operations_evict) case_operations_evict ;;
+  operations_no_socket) case_operations_no_socket ;;
   *) echo "unknown case '$CASE'" >&2; exit 2 ;;
 esac
 say "PASS: $CASE"

@@ -1,0 +1,60 @@
+@0x997b25604927b861;
+# tallyd's local control socket (admin_socket; tallyctl is its client). Same framing as the
+# tenant protocol (common/frame), no bulk bytes: one AdminRequest, one AdminReply, then tallyd
+# closes the connection. Only local users who can open the socket (mode 0600) reach it.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tally::wire");
+
+struct AdminRequest {
+  union {
+    status @0 :Void;
+    tenants @1 :Void;
+    stats @2 :Void;
+    drain @3 :Bool;       # true: refuse new tenants ("tallyd is draining"); false: admit again
+    evict @4 :UInt64;     # tenant id: stop its session; its resources are freed as on a disconnect
+  }
+}
+
+struct GpuSummary {
+  ordinal @0 :UInt32;
+  name @1 :Text;
+}
+
+struct ServerStatus {
+  version @0 :Text;
+  uptimeSeconds @1 :UInt64;
+  gpus @2 :List(GpuSummary);
+  draining @3 :Bool;
+  tenantCount @4 :UInt32;
+}
+
+struct TenantInfo {
+  id @0 :UInt64;
+  name @1 :Text;
+  peer @2 :Text;                  # "unix pid=… uid=… gid=…" or "tcp HOST:PORT"
+  highPriority @3 :Bool;          # false: best effort
+  deviceMemoryBytes @4 :UInt64;
+  streams @5 :UInt32;             # created streams (the legacy default streams do not count)
+  connectedSinceUnix @6 :Int64;   # seconds since the epoch
+}
+
+struct TenantStats {
+  id @0 :UInt64;
+  name @1 :Text;
+  calls @2 :UInt64;               # calls dispatched
+  launches @3 :UInt64;
+  bytesHostToDevice @4 :UInt64;   # memcpy bytes asked for, by direction
+  bytesDeviceToHost @5 :UInt64;
+}
+
+struct AdminReply {
+  ok @0 :Bool;
+  error @1 :Text;                 # why not ok
+  union {
+    none @2 :Void;                # drain, evict, or an error
+    status @3 :ServerStatus;
+    tenants @4 :List(TenantInfo);
+    stats @5 :List(TenantStats);
+  }
+}
