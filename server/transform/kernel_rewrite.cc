@@ -53,12 +53,22 @@ size_t prologuePosition(const std::vector<Statement>& body) {
   return i;
 }
 
-std::optional<std::string> variantPrecondition(const Function& kernel, const std::vector<std::string_view>& extraParams) {
+Function startVariant(const Function& kernel, std::string_view suffix, const std::vector<std::string_view>& extraParams,
+                      std::string& error) {
   if (!kernel.isEntry || !kernel.hasBody || !kernel.bodyError.empty()) {
-    return kernel.name + " is not a parsed kernel definition";
+    error = kernel.name + " is not a parsed kernel definition";
+    return {};
   }
-  if (parameterNameClash(kernel, extraParams)) return kernel.name + " already has a __tally_* parameter";
-  return std::nullopt;
+  if (parameterNameClash(kernel, extraParams)) {
+    error = kernel.name + " already has a __tally_* parameter";
+    return {};
+  }
+  Function f = kernel;
+  f.name = kernel.name + std::string(suffix);
+  f.hasParamList = true;
+  for (std::string_view p : extraParams) f.params.push_back(makeParam(p));
+  if (!rewriteBlockIndexReads(f.body)) error = kernel.name + " reads %ctaid or %nctaid as a vector";
+  return f;
 }
 
 bool parameterNameClash(const Function& kernel, const std::vector<std::string_view>& declarations) {

@@ -59,9 +59,12 @@ struct VariantResult {
   std::string error;
 };
 
-// Why `kernel` cannot take a variant with the parameters `extraParams` (not a parsed kernel
-// definition, or a parameter name clash); nullopt when it can.
-std::optional<std::string> variantPrecondition(const Function& kernel, const std::vector<std::string_view>& extraParams);
+// The common start of every variant: a copy of `kernel` named `kernel.name + suffix`, with
+// `extraParams` appended and every %ctaid/%nctaid read turned into a %tally_* register.
+// On failure (not a parsed kernel definition, a parameter name clash, a vector read of the
+// block index) `error` says why and the result is unusable.
+Function startVariant(const Function& kernel, std::string_view suffix, const std::vector<std::string_view>& extraParams,
+                      std::string& error);
 
 struct ModuleTransformResult {
   bool ok = false;

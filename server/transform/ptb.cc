@@ -306,20 +306,10 @@ std::optional<std::string> ptbObstacle(const Function& f, bool isKernel) {
 
 VariantResult makePtbKernel(const Function& kernel) {
   VariantResult result;
-  if (std::optional<std::string> why = variantPrecondition(kernel, kExtraParams)) {
-    result.error = *why;
-    return result;
-  }
+  Function f = startVariant(kernel, kPtbSuffix, kExtraParams, result.error);
+  if (!result.error.empty()) return result;
   if (std::optional<std::string> why = ptbObstacle(kernel, true)) {
     result.error = *why;
-    return result;
-  }
-  Function f = kernel;
-  f.name = kernel.name + kPtbSuffix;
-  f.hasParamList = true;
-  for (std::string_view p : kExtraParams) f.params.push_back(makeParam(p));
-  if (!rewriteBlockIndexReads(f.body)) {
-    result.error = kernel.name + " reads %ctaid or %nctaid as a vector";
     return result;
   }
   flattenBarrierScopes(f.body);  // cannot fail: ptbObstacle ran it

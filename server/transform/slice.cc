@@ -44,18 +44,8 @@ const std::vector<std::string_view> kExtraParams{".param .u32 __tally_grid_x", "
 
 SliceResult makeSlicedKernel(const Function& kernel) {
   SliceResult result;
-  if (std::optional<std::string> why = variantPrecondition(kernel, kExtraParams)) {
-    result.error = *why;
-    return result;
-  }
-  Function f = kernel;
-  f.name = kernel.name + kSlicedSuffix;
-  f.hasParamList = true;
-  for (std::string_view p : kExtraParams) f.params.push_back(makeParam(p));
-  if (!rewriteBlockIndexReads(f.body)) {
-    result.error = kernel.name + " reads %ctaid or %nctaid as a vector";
-    return result;
-  }
+  Function f = startVariant(kernel, kSlicedSuffix, kExtraParams, result.error);
+  if (!result.error.empty()) return result;
   StatementsResult parsedPrologue = parseStatements(prologue());
   if (!parsedPrologue.ok) {  // a bug in prologue(), caught by the unit tests
     result.error = "internal error in the slicing prologue: " + parsedPrologue.error;
