@@ -13,8 +13,13 @@ cp "$BUILD/client/libtally_client.so" "$OUTDIR/build/client/"
 ln -sf libtally_client.so "$OUTDIR/build/client/libcuda.so.1"
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {} "$OUTDIR/build/tests/gpu/" \;
 [[ -x $BUILD/bench/tally_microbench ]] && cp "$BUILD/bench/tally_microbench" "$OUTDIR/build/bench/"
-for bin in "$OUTDIR"/build/server/tallyd "$OUTDIR"/build/client/libtally_client.so; do
-  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'capnp|kj|uv|spdlog|fmt|zstd|lz4|xxhash|toml' | while read -r lib; do
+cp "$BUILD/server/tallyctl" "$OUTDIR/build/server/"
+# The transform's GPU equivalence test and benchmark, with the corpus PTX it reads.
+mkdir -p "$OUTDIR/build/tests/transform/corpus"
+cp "$BUILD/tests/transform/tally_transform_gpu" "$OUTDIR/build/tests/transform/"
+cp "$BUILD"/tests/transform/corpus/*.ptx "$OUTDIR/build/tests/transform/corpus/"
+for bin in "$OUTDIR"/build/server/tallyd "$OUTDIR"/build/client/libtally_client.so "$OUTDIR"/build/tests/transform/tally_transform_gpu; do
+  ldd "$bin" | awk '/=> \// {print $3}' | { grep -E 'capnp|kj|uv|spdlog|fmt|zstd|lz4|xxhash|toml' || true; } | while read -r lib; do
     cp -L "$lib" "$OUTDIR/lib/"
   done
 done

@@ -21,13 +21,33 @@ inline constexpr const char* kBlockIndexRegisters = R"(
 .reg .b32 %tally_nctaid_x, %tally_nctaid_y, %tally_nctaid_z;
 .reg .b32 %tally_s;
 .reg .b64 %tally_linear, %tally_t, %tally_u;
+.reg .pred %tally_small;
 )";
 
 // Decomposes the linear logical index %tally_linear (x fastest, then y, then z; 64-bit since a
 // grid may hold more than 2^32 blocks) into %tally_ctaid_{x,y,z} of the grid %tally_nctaid_*.
-// Clobbers %tally_linear, %tally_t, %tally_u.
+// Divisions are what a transformed block pays most for (a 64-bit division is a long software
+// sequence), so the common cases avoid them: an index inside the first row (every block of a
+// 1-D grid) needs none, an index below 2^32 takes 32-bit ones. Used once per function (its
+// labels are fixed). Clobbers %tally_linear, %tally_t, %tally_u, %tally_s, %tally_small.
 inline constexpr const char* kDecomposeLinearIndex = R"(
 cvt.u64.u32 %tally_u, %tally_nctaid_x;
+setp.lt.u64 %tally_small, %tally_linear, %tally_u;
+@!%tally_small bra $__tally_decompose_32;
+cvt.u32.u64 %tally_ctaid_x, %tally_linear;
+mov.u32 %tally_ctaid_y, 0;
+mov.u32 %tally_ctaid_z, 0;
+bra.uni $__tally_decomposed;
+$__tally_decompose_32:
+setp.lt.u64 %tally_small, %tally_linear, 4294967296;
+@!%tally_small bra $__tally_decompose_64;
+cvt.u32.u64 %tally_s, %tally_linear;
+rem.u32 %tally_ctaid_x, %tally_s, %tally_nctaid_x;
+div.u32 %tally_s, %tally_s, %tally_nctaid_x;
+rem.u32 %tally_ctaid_y, %tally_s, %tally_nctaid_y;
+div.u32 %tally_ctaid_z, %tally_s, %tally_nctaid_y;
+bra.uni $__tally_decomposed;
+$__tally_decompose_64:
 rem.u64 %tally_t, %tally_linear, %tally_u;
 cvt.u32.u64 %tally_ctaid_x, %tally_t;
 div.u64 %tally_linear, %tally_linear, %tally_u;
@@ -36,6 +56,7 @@ rem.u64 %tally_t, %tally_linear, %tally_u;
 cvt.u32.u64 %tally_ctaid_y, %tally_t;
 div.u64 %tally_linear, %tally_linear, %tally_u;
 cvt.u32.u64 %tally_ctaid_z, %tally_linear;
+$__tally_decomposed:
 )";
 
 // A parameter from its declaration text, e.g. ".param .u64 __tally_block_offset".

@@ -141,7 +141,7 @@ std::string bodyText(const Function& f) {
 // The statements after the claim loop's decomposition of the claimed index.
 std::string bodyAfterClaim(const Function& f) {
   std::string all = bodyText(f);
-  std::string marker = "cvt.u32.u64 %tally_ctaid_z, %tally_linear;\n";
+  std::string marker = "$__tally_decomposed:\n";
   size_t at = all.find(marker);
   EXPECT_NE(at, std::string::npos);
   return at == std::string::npos ? "" : all.substr(at + marker.size());

@@ -70,7 +70,7 @@ std::string bodyAfterPrologue(const Function& f) {
   for (const Statement& s : f.body) {
     std::string line = printStatement(s);
     if (!inPrologue) out += line + "\n";
-    if (line.rfind("cvt.u32.u64 %tally_ctaid_z", 0) == 0) inPrologue = false;
+    if (line == "$__tally_decomposed:") inPrologue = false;
   }
   return out;
 }

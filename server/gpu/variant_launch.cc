@@ -1,0 +1,141 @@
+#include "server/gpu/variant_launch.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace tally::server::gpu {
+namespace {
+
+constexpr uint64_t kMaxGridX = (uint64_t(1) << 31) - 1;
+
+// The kernel's own parameters followed by pointers to `extra`.
+std::vector<void*> withExtras(KernelParams params, std::initializer_list<void*> extra) {
+  std::vector<void*> all(params.values, params.values + params.count);
+  all.insert(all.end(), extra.begin(), extra.end());
+  return all;
+}
+
+// retreat_at(progress*, retreat*, threshold, timeout_ns): spins on the progress counter (volatile:
+// another kernel writes it) until it reaches the threshold or the %globaltimer deadline passes,
+// then raises the flag.
+constexpr const char* kRetreatTriggerPtx = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry tally_retreat_at(.param .u64 progress, .param .u64 retreat, .param .u64 threshold,
+                                 .param .u64 timeout_ns)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [progress];
+  cvta.to.global.u64 %rd1, %rd1;
+  ld.param.u64 %rd2, [retreat];
+  cvta.to.global.u64 %rd2, %rd2;
+  ld.param.u64 %rd3, [threshold];
+  ld.param.u64 %rd4, [timeout_ns];
+  mov.u64 %rd5, %globaltimer;
+  add.u64 %rd4, %rd4, %rd5;
+$spin:
+  ld.volatile.global.u64 %rd6, [%rd1];
+  setp.ge.u64 %p1, %rd6, %rd3;
+  @%p1 bra $raise;
+  mov.u64 %rd5, %globaltimer;
+  setp.lt.u64 %p2, %rd5, %rd4;
+  @%p2 bra $spin;
+$raise:
+  mov.u32 %r1, 1;
+  st.volatile.global.u32 [%rd2], %r1;
+  ret;
+}
+)";
+
+// Makes `waiter` wait for the work queued on `signaller` so far.
+CUresult join(CUstream waiter, CUstream signaller) {
+  CUevent event = nullptr;
+  if (CUresult r = cuEventCreate(&event, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) return r;
+  CUresult r = cuEventRecord(event, signaller);
+  if (r == CUDA_SUCCESS) r = cuStreamWaitEvent(waiter, event, 0);
+  cuEventDestroy(event);  // released once the wait is done
+  return r;
+}
+
+}  // namespace
+
+CUresult launchSliced(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
+                      uint64_t slices) {
+  const uint64_t total = shape.blocks();
+  if (total == 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t per = (total + std::max<uint64_t>(slices, 1) - 1) / std::max<uint64_t>(slices, 1);
+  per = std::min(per, kMaxGridX);
+  uint32_t gridX = shape.grid[0], gridY = shape.grid[1], gridZ = shape.grid[2];
+  uint64_t offset = 0;
+  std::vector<void*> all = withExtras(params, {&gridX, &gridY, &gridZ, &offset});
+  for (; offset < total; offset += per) {
+    auto blocks = static_cast<unsigned>(std::min(per, total - offset));
+    CUresult r = cuLaunchKernel(sliced, blocks, 1, 1, shape.block[0], shape.block[1], shape.block[2],
+                                shape.sharedMem, stream, all.data(), nullptr);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult resetPtb(PtbControl control, CUstream stream) {
+  if (CUresult r = cuMemsetD32Async(control.progress, 0, 2, stream); r != CUDA_SUCCESS) return r;
+  return clearRetreat(control, stream);
+}
+
+CUresult clearRetreat(PtbControl control, CUstream stream) { return cuMemsetD32Async(control.retreat, 0, 1, stream); }
+
+CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params, uint64_t workers,
+                   PtbControl control) {
+  const uint64_t total = shape.blocks();
+  if (total == 0) return CUDA_ERROR_INVALID_VALUE;
+  auto blocks = static_cast<unsigned>(std::clamp<uint64_t>(workers, 1, std::min(total, kMaxGridX)));
+  uint32_t gridX = shape.grid[0], gridY = shape.grid[1], gridZ = shape.grid[2];
+  CUdeviceptr progress = control.progress, retreat = control.retreat;
+  std::vector<void*> all = withExtras(params, {&gridX, &gridY, &gridZ, &progress, &retreat});
+  return cuLaunchKernel(ptb, blocks, 1, 1, shape.block[0], shape.block[1], shape.block[2], shape.sharedMem, stream,
+                        all.data(), nullptr);
+}
+
+bool RetreatTrigger::load(std::string& error) {
+  if (CUresult r = cuModuleLoadData(&module_, kRetreatTriggerPtx); r != CUDA_SUCCESS) {
+    error = "cannot load the retreat trigger: CUresult " + std::to_string(r);
+    return false;
+  }
+  if (CUresult r = cuModuleGetFunction(&function_, module_, "tally_retreat_at"); r != CUDA_SUCCESS) {
+    error = "retreat trigger has no tally_retreat_at: CUresult " + std::to_string(r);
+    return false;
+  }
+  return true;
+}
+
+RetreatTrigger::~RetreatTrigger() {
+  if (module_ != nullptr) cuModuleUnload(module_);
+}
+
+CUresult RetreatTrigger::launch(CUstream stream, PtbControl control, uint64_t threshold, uint64_t timeoutNs) const {
+  if (function_ == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUdeviceptr progress = control.progress, retreat = control.retreat;
+  void* args[] = {&progress, &retreat, &threshold, &timeoutNs};
+  return cuLaunchKernel(function_, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr);
+}
+
+CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream stream, CUstream side,
+                            KernelParams params, uint64_t workers, PtbControl control,
+                            std::span<const uint64_t> thresholds, const RetreatTrigger& trigger, uint64_t timeoutNs) {
+  if (CUresult r = resetPtb(control, stream); r != CUDA_SUCCESS) return r;
+  for (uint64_t threshold : thresholds) {
+    // The trigger starts after the reset (and after the previous run's trigger) ...
+    if (CUresult r = join(side, stream); r != CUDA_SUCCESS) return r;
+    if (CUresult r = trigger.launch(side, control, threshold, timeoutNs); r != CUDA_SUCCESS) return r;
+    if (CUresult r = launchPtb(ptb, shape, stream, params, workers, control); r != CUDA_SUCCESS) return r;
+    // ... and the flag is lowered only once it has fired, whether the run stopped or finished.
+    if (CUresult r = join(stream, side); r != CUDA_SUCCESS) return r;
+    if (CUresult r = clearRetreat(control, stream); r != CUDA_SUCCESS) return r;
+  }
+  return launchPtb(ptb, shape, stream, params, workers, control);
+}
+
+}  // namespace tally::server::gpu

@@ -1,0 +1,78 @@
+// Launching the kernel variants of server/transform: a sliced kernel as several launches over
+// parts of its grid, a PTB kernel with its progress counter and retreat flag, and preempting a
+// PTB launch from the GPU itself. Stream-ordered throughout: nothing here waits on the host.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tally::server::gpu {
+
+struct LaunchShape {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t sharedMem = 0;
+  uint64_t blocks() const { return uint64_t(grid[0]) * grid[1] * grid[2]; }
+};
+
+// What a PTB launch reads besides its kernel's parameters: a u64 progress counter in device
+// memory and a u32 retreat flag (device memory, or mapped host memory that the host can raise
+// without queueing behind anything). Launches on one stream may share them: every use is
+// ordered by that stream.
+struct PtbControl {
+  CUdeviceptr progress = 0;
+  CUdeviceptr retreat = 0;
+};
+
+// The kernel's own parameters (pointers to their values, as for cuLaunchKernel).
+struct KernelParams {
+  void** values = nullptr;
+  size_t count = 0;
+};
+
+// Launches the sliced variant of a kernel launched with `shape` as `slices` launches (more if a
+// slice would exceed the 2^31-1 blocks of a grid's x), each over the next contiguous range.
+CUresult launchSliced(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
+                      uint64_t slices);
+
+// Zeroes progress and retreat flag: the next launchPtb starts the grid afresh.
+CUresult resetPtb(PtbControl control, CUstream stream);
+// Lowers the retreat flag, keeping the progress: the next launchPtb resumes.
+CUresult clearRetreat(PtbControl control, CUstream stream);
+// Launches the PTB variant with `workers` worker blocks (at least one, at most the grid's
+// blocks); it runs logical blocks from the progress counter on until the grid is done or the
+// retreat flag is raised.
+CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params, uint64_t workers,
+                   PtbControl control);
+
+// A one-thread helper kernel that raises a PTB launch's retreat flag once its progress reaches
+// a threshold (or a timeout passes, so that it never spins forever): a preemption at a chosen
+// point, decided on the GPU. Used by the stress mode and the equivalence tests; the scheduler
+// raises the flag itself.
+class RetreatTrigger {
+ public:
+  // Loads the helper into the current context; on failure `error` says why.
+  bool load(std::string& error);
+  ~RetreatTrigger();
+
+  CUresult launch(CUstream stream, PtbControl control, uint64_t threshold, uint64_t timeoutNs) const;
+
+ private:
+  CUmodule module_ = nullptr;
+  CUfunction function_ = nullptr;
+};
+
+// A complete PTB launch, preempted at each of `thresholds` (ascending logical-block counts) and
+// resumed each time: run i is stopped by a trigger on `side` once the progress reaches
+// thresholds[i]; the stream then waits for that trigger, lowers the flag and relaunches. The
+// last run has no trigger and completes the grid. Resets the control first.
+CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream stream, CUstream side,
+                            KernelParams params, uint64_t workers, PtbControl control,
+                            std::span<const uint64_t> thresholds, const RetreatTrigger& trigger,
+                            uint64_t timeoutNs = 200'000'000);
+
+}  // namespace tally::server::gpu

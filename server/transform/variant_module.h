@@ -1,0 +1,32 @@
+// The module tallyd compiles for a client module with PTX: the original kernels plus, for each
+// eligible kernel, its sliced and (where the barrier-aware rewrite allows) PTB variant.
+// Loading it instead of the client's own image keeps one set of __device__ globals shared by the
+// original and the variants, so the variants see and change exactly what the original would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tally::server::transform {
+
+// Bumped whenever the output of any transform changes: it is part of every cache key, so a new
+// tallyd never loads variants an older transformer made.
+inline constexpr uint32_t kTransformerVersion = 1;
+
+// The variant name tallyd's cache files record ("sliced+ptb").
+inline constexpr const char* kVariantModuleName = "sliced+ptb";
+
+struct VariantModule {
+  bool ok = false;      // false: nothing to compile (`error` says why: unparseable, no eligible kernel)
+  std::string ptx;      // the printed module
+  int sliced = 0;       // variants added
+  int ptb = 0;
+  std::vector<std::string> skipped;  // "kernel: reason", per variant kind
+  std::string error;
+};
+
+VariantModule buildVariantModule(std::string_view ptx);
+
+}  // namespace tally::server::transform
