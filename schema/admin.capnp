@@ -46,6 +46,9 @@ struct TenantStats {
   launches @3 :UInt64;
   bytesHostToDevice @4 :UInt64;   # memcpy bytes asked for, by direction
   bytesDeviceToHost @5 :UInt64;
+  slicedLaunches @6 :UInt64;      # launches run as kernel variants (server/transform)
+  ptbLaunches @7 :UInt64;
+  preemptions @8 :UInt64;         # PTB retreat points set
 }
 
 struct AdminReply {

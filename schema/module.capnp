@@ -13,10 +13,12 @@ enum ImageKind {
 struct ModuleLoad {
   device @0 :UInt32;
   module @1 :UInt64;              # client-chosen handle
-  hash @2 :Data;                  # 128-bit content hash of the image bytes
+  hash @2 :Data;                  # 128-bit content hash of the image bytes, then the PTX bytes
   kind @3 :ImageKind;
   imageSize @4 :UInt64;
-  hasImage @5 :Bool;              # the image bytes follow as bulk
+  hasImage @5 :Bool;              # the image bytes follow as bulk (then the PTX bytes)
+  ptxSize @6 :UInt64;             # the PTX a cubin image was compiled from (same virtual arch), for
+                                  # tallyd's kernel transforms; 0: none (or the image is PTX itself)
 }
 
 struct ModuleLoadResult {

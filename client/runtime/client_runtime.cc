@@ -384,8 +384,13 @@ VariableRecord* ClientRuntime::variableFor(const void* hostVariable) {
 
 // --- modules -------------------------------------------------------------------------------
 
-CUresult ClientRuntime::sendModule(const std::string& image, bool ptx, uint32_t device, ModuleHandle*& out) {
-  hash::ContentHash hash = hash::contentHash(image.data(), image.size());
+CUresult ClientRuntime::sendModule(const SelectedImage& selected, uint32_t device, ModuleHandle*& out) {
+  const std::string& image = selected.bytes;
+  const std::string& sourcePtx = selected.sourcePtx;
+  // One hash over both, so that tallyd never pairs an image with another module's PTX.
+  hash::ContentHash hash = sourcePtx.empty() ? hash::contentHash(image.data(), image.size())
+                                             : hash::contentHash((image + sourcePtx).data(), image.size() + sourcePtx.size());
+  const bool ptx = selected.ptx;
   auto* module = new ModuleHandle();
   module->id = newHandleId();
   module->device = device;
@@ -397,14 +402,16 @@ CUresult ClientRuntime::sendModule(const std::string& image, bool ptx, uint32_t 
       load.setHash(kj::arrayPtr(hash.data(), hash.size()));
       load.setKind(ptx ? wire::ImageKind::PTX : wire::ImageKind::CUBIN);
       load.setImageSize(image.size());
+      load.setPtxSize(sourcePtx.size());
       load.setHasImage(withImage);
     };
   };
   ReplyMessage reply;
   CUresult r = call(build(false), &reply);
   if (r == CUDA_SUCCESS && reply.reply().isModuleLoad() && reply.reply().getModuleLoad().getNeedImage()) {
-    iovec bulk{const_cast<char*>(image.data()), image.size()};
-    r = call(build(true), &reply, std::span<const iovec>(&bulk, 1));
+    iovec bulk[2] = {{const_cast<char*>(image.data()), image.size()},
+                     {const_cast<char*>(sourcePtx.data()), sourcePtx.size()}};
+    r = call(build(true), &reply, std::span<const iovec>(bulk, sourcePtx.empty() ? 1 : 2));
   }
   if (r != CUDA_SUCCESS) {
     delete module;
@@ -416,8 +423,22 @@ CUresult ClientRuntime::sendModule(const std::string& image, bool ptx, uint32_t 
 
 namespace {
 
+// The PTX entry a cubin entry was compiled from (same virtual arch), if the fatbin has it.
+// PTX of a lower arch is not offered: it would miss the cubin's __CUDA_ARCH__ code paths.
+std::string sourcePtxOf(const std::vector<fatbin::Entry>& entries, const fatbin::Entry& cubin) {
+  for (const fatbin::Entry& e : entries) {
+    if (e.kind == fatbin::EntryKind::kPtx && e.smArch == cubin.smArch && e.archSpecific == cubin.archSpecific &&
+        e.familySpecific == cubin.familySpecific) {
+      return e.payload;
+    }
+  }
+  return {};
+}
+
 // The image tallyd's device can load: a matching cubin, else PTX to JIT.
-CUresult selectImage(const void* image, const DeviceView& device, std::string& bytes, bool& ptx) {
+CUresult selectImage(const void* image, const DeviceView& device, SelectedImage& out) {
+  std::string& bytes = out.bytes;
+  bool& ptx = out.ptx;
   fatbin::ModuleImage m = fatbin::moduleImage(image);
   switch (m.kind) {
     case fatbin::ImageKind::kCubin:
@@ -453,6 +474,9 @@ CUresult selectImage(const void* image, const DeviceView& device, std::string& b
       ptx = entry->kind == fatbin::EntryKind::kPtx;
       if (ptx) {
         while (!bytes.empty() && bytes.back() == '\0') bytes.pop_back();
+      } else {
+        out.sourcePtx = sourcePtxOf(entries, *entry);
+        while (!out.sourcePtx.empty() && out.sourcePtx.back() == '\0') out.sourcePtx.pop_back();
       }
       return CUDA_SUCCESS;
     }
@@ -467,10 +491,9 @@ CUresult selectImage(const void* image, const DeviceView& device, std::string& b
 CUresult ClientRuntime::loadModuleImage(const void* image, uint32_t device, ModuleHandle*& out) {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
   if (device >= devices_.size()) return CUDA_ERROR_INVALID_DEVICE;
-  std::string bytes;
-  bool ptx = false;
-  if (CUresult r = selectImage(image, devices_[device], bytes, ptx); r != CUDA_SUCCESS) return r;
-  return sendModule(bytes, ptx, device, out);
+  SelectedImage selected;
+  if (CUresult r = selectImage(image, devices_[device], selected); r != CUDA_SUCCESS) return r;
+  return sendModule(selected, device, out);
 }
 
 CUresult ClientRuntime::ensureFatbinModule(FatbinRecord& fatbin, uint32_t device, ModuleHandle*& out) {

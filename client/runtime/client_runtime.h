@@ -35,6 +35,14 @@ struct DeviceView {
   int attribute(int a) const { return a >= 0 && static_cast<size_t>(a) < attributes.size() ? attributes[a] : 0; }
 };
 
+// The code of a module as it is sent to tallyd: the image its device loads, and for a cubin the
+// PTX it was compiled from when the fatbin carries it (tallyd transforms kernels from PTX).
+struct SelectedImage {
+  std::string bytes;
+  bool ptx = false;
+  std::string sourcePtx;
+};
+
 struct HostRegion {
   size_t size = 0;
   unsigned flags = 0;          // cudaHostAlloc flags, for cudaHostGetFlags
@@ -132,7 +140,7 @@ class ClientRuntime {
   void connect();
   void runHostFunc(const HostFuncNotice& notice);
   CUresult ensureFatbinModule(FatbinRecord& fatbin, uint32_t device, ModuleHandle*& out);
-  CUresult sendModule(const std::string& image, bool ptx, uint32_t device, ModuleHandle*& out);
+  CUresult sendModule(const SelectedImage& image, uint32_t device, ModuleHandle*& out);
 
   std::once_flag stagingRingOnce_;
   std::unique_ptr<class StagingRing> stagingRing_;

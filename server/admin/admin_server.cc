@@ -121,6 +121,9 @@ void fillStats(wire::AdminReply::Builder reply, AdminState& state) {
     out.setName(tenants[i].tenant->name());
     out.setCalls(c.calls.load(relaxed));
     out.setLaunches(c.launches.load(relaxed));
+    out.setSlicedLaunches(c.slicedLaunches.load(relaxed));
+    out.setPtbLaunches(c.ptbLaunches.load(relaxed));
+    out.setPreemptions(c.preemptions.load(relaxed));
     out.setBytesHostToDevice(c.bytesHostToDevice.load(relaxed));
     out.setBytesDeviceToHost(c.bytesDeviceToHost.load(relaxed));
   }

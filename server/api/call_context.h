@@ -10,6 +10,7 @@
 #include "server/gpu/module_store.h"
 #include "server/session/outbox.h"
 #include "server/session/tenant.h"
+#include "server/transform/cache/variant_store.h"
 
 #include <capnp/message.h>
 #include <cuda.h>
@@ -27,6 +28,12 @@ struct Services {
   unsigned inlineWaitMicros = 50;  // how long a tenant thread may wait for a short sync itself
   unsigned pollMicros = 50;        // how long a tenant thread polls its socket before sleeping
   session::AuthPolicy auth;        // who may connect, with which limits
+  // Kernel variants for best-effort tenants' modules; null when transforms are off.
+  transform::VariantStore* variants = nullptr;
+  // Test aid (transform = "stress"): best-effort launches run as random variants, PTB ones
+  // preempted at random points; the application must not notice.
+  bool stress = false;
+  uint64_t stressSeed = 0;
 };
 
 // Fills the union part of a Reply.

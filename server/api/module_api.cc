@@ -4,6 +4,8 @@
 #include "server/api/call_context.h"
 
 #include "common/hash/content_hash.h"
+#include "server/transform/ptb.h"
+#include "server/transform/slice.h"
 
 #include <spdlog/spdlog.h>
 
@@ -15,31 +17,47 @@ namespace {
 
 constexpr size_t kMaxImageBytes = 512u << 20;
 
+// The compiled variant module for a best-effort tenant's module with PTX (null: none, or not yet).
+// High-priority tenants always run their own code: they are never throttled, so variants would
+// only cost them.
+std::shared_ptr<const std::string> variantsFor(CallContext& ctx, const gpu::StoredModule& module,
+                                               wire::ModuleLoad::Reader args) {
+  transform::VariantStore* store = ctx.services().variants;
+  if (store == nullptr || ctx.tenant().priority() != session::PriorityClass::kBestEffort) return nullptr;
+  const std::string& ptx = module.ptx(args.getKind() == wire::ImageKind::PTX);
+  gpu::Gpu* g = args.getDevice() < ctx.services().gpus.size() ? ctx.services().gpus[args.getDevice()] : nullptr;
+  if (ptx.empty() || g == nullptr) return nullptr;
+  return store->variantsFor(ptx, g->arch());
+}
+
 void loadModule(CallContext& ctx, wire::ModuleLoad::Reader args) {
   auto hashBytes = args.getHash();
-  if (hashBytes.size() != sizeof(hash::ContentHash) || args.getImageSize() > kMaxImageBytes ||
-      (args.getHasImage() && args.getImageSize() > ctx.bulkLeft())) {
+  const uint64_t imageSize = args.getImageSize(), ptxSize = args.getPtxSize();
+  if (hashBytes.size() != sizeof(hash::ContentHash) || imageSize > kMaxImageBytes || ptxSize > kMaxImageBytes ||
+      (args.getHasImage() && imageSize + ptxSize > ctx.bulkLeft())) {
     return ctx.protocolError("moduleLoad with a malformed hash or an oversized image");
   }
   hash::ContentHash hash;
   std::memcpy(hash.data(), hashBytes.begin(), hash.size());
-  std::shared_ptr<const std::string> image;
+  std::shared_ptr<const gpu::StoredModule> stored;
   if (args.getHasImage()) {
-    std::string bytes(args.getImageSize(), '\0');
+    std::string bytes(imageSize + ptxSize, '\0');
     if (!ctx.readBulk(bytes.data(), bytes.size())) return;
     if (hash::contentHash(bytes.data(), bytes.size()) != hash) {
       spdlog::warn("tenant {} ({}): module image does not match its hash {}", ctx.tenant().id(),
                    ctx.tenant().name(), hash::toHex(hash));
       return ctx.finish(CUDA_ERROR_INVALID_IMAGE);
     }
-    image = ctx.services().modules->insert(hash, std::move(bytes));
+    gpu::StoredModule module{bytes.substr(0, imageSize), bytes.substr(imageSize)};
+    stored = ctx.services().modules->insert(hash, std::move(module));
   } else {
-    image = ctx.services().modules->find(hash);
-    if (!image) {
+    stored = ctx.services().modules->find(hash);
+    if (!stored) {
       return ctx.finish(CUDA_SUCCESS, [](wire::Reply::Builder reply) { reply.initModuleLoad().setNeedImage(true); });
     }
   }
-  CUresult r = ctx.tenant().loadModule(args.getDevice(), args.getModule(), *image);
+  std::shared_ptr<const std::string> variants = variantsFor(ctx, *stored, args);
+  CUresult r = ctx.tenant().loadModule(args.getDevice(), args.getModule(), stored->image, variants.get());
   if (r != CUDA_SUCCESS) {
     spdlog::warn("tenant {} ({}): cannot load module {}: CUresult {}", ctx.tenant().id(), ctx.tenant().name(),
                  hash::toHex(hash), static_cast<int>(r));
@@ -65,6 +83,15 @@ void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
   if (CUresult r = cuModuleGetFunction(&f, m->module, args.getName().cStr()); r != CUDA_SUCCESS) return ctx.finish(r);
   session::FunctionState state{m->gpu, f, paramLayout(f), 0};
   for (auto [offset, size] : state.params) state.paramBytes = std::max<size_t>(state.paramBytes, offset + size);
+  if (m->hasVariants) {
+    std::string name = args.getName().cStr();
+    if (cuModuleGetFunction(&state.sliced, m->module, (name + transform::kSlicedSuffix).c_str()) != CUDA_SUCCESS) {
+      state.sliced = nullptr;
+    }
+    if (cuModuleGetFunction(&state.ptb, m->module, (name + transform::kPtbSuffix).c_str()) != CUDA_SUCCESS) {
+      state.ptb = nullptr;
+    }
+  }
   const session::FunctionState& fn = ctx.tenant().addFunction(args.getFunction(), std::move(state));
   ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
     auto info = reply.initFunction();
@@ -101,7 +128,14 @@ void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
   session::FunctionState* f = ctx.tenant().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   f->gpu->makeCurrent();
-  ctx.finish(cuFuncSetAttribute(f->function, static_cast<CUfunction_attribute>(args.getAttribute()), args.getValue()));
+  auto attribute = static_cast<CUfunction_attribute>(args.getAttribute());
+  CUresult r = cuFuncSetAttribute(f->function, attribute, args.getValue());
+  // The variants run the same code with the same launch shape: they need the same settings
+  // (e.g. a larger dynamic shared memory limit).
+  for (CUfunction variant : {f->sliced, f->ptb}) {
+    if (r == CUDA_SUCCESS && variant != nullptr) cuFuncSetAttribute(variant, attribute, args.getValue());
+  }
+  ctx.finish(r);
 }
 
 void occupancy(CallContext& ctx, wire::Occupancy::Reader args) {

@@ -110,11 +110,13 @@ void printTenants(capnp::List<tally::wire::TenantInfo>::Reader tenants) {
 }
 
 void printStats(capnp::List<tally::wire::TenantStats>::Reader stats) {
-  std::vector<std::vector<std::string>> rows{{"ID", "NAME", "CALLS", "LAUNCHES", "H2D", "D2H"}};
+  std::vector<std::vector<std::string>> rows{
+      {"ID", "NAME", "CALLS", "LAUNCHES", "SLICED", "PTB", "RETREATS", "H2D", "D2H"}};
   for (auto t : stats) {
     rows.push_back({std::to_string(t.getId()), t.getName(), std::to_string(t.getCalls()),
-                    std::to_string(t.getLaunches()), bytesText(t.getBytesHostToDevice()),
-                    bytesText(t.getBytesDeviceToHost())});
+                    std::to_string(t.getLaunches()), std::to_string(t.getSlicedLaunches()),
+                    std::to_string(t.getPtbLaunches()), std::to_string(t.getPreemptions()),
+                    bytesText(t.getBytesHostToDevice()), bytesText(t.getBytesDeviceToHost())});
   }
   printTable(rows);
 }

@@ -95,7 +95,30 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
                description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
 }
 
+int Gpu::multiprocessors() const { return description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]; }
+
+const RetreatTrigger* Gpu::retreatTrigger() {
+  std::lock_guard lock(triggerMutex_);
+  if (!triggerTried_) {
+    triggerTried_ = true;
+    makeCurrent();
+    auto trigger = std::make_unique<RetreatTrigger>();
+    std::string error;
+    if (trigger->load(error)) {
+      trigger_ = std::move(trigger);
+    } else {
+      spdlog::error("GPU {}: {}; PTB kernels will not be preempted", description_.ordinal, error);
+    }
+  }
+  return trigger_.get();
+}
+
 Gpu::~Gpu() {
+  {
+    std::lock_guard lock(triggerMutex_);
+    if (trigger_) makeCurrent();
+    trigger_.reset();
+  }
   completions_.reset();
   staging_.reset();
   cuDevicePrimaryCtxRelease(device_);

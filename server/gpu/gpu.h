@@ -4,6 +4,7 @@
 
 #include "server/gpu/completion_queue.h"
 #include "server/gpu/staging_pool.h"
+#include "server/gpu/variant_launch.h"
 
 #include <cuda.h>
 
@@ -44,6 +45,12 @@ class Gpu {
   int ordinal() const { return description_.ordinal; }
   CUcontext context() const { return context_; }
   const DeviceDescription& description() const { return description_; }
+  // "sm_90": the architecture kernel variants are compiled for.
+  std::string arch() const { return "sm_" + std::to_string(description_.major * 10 + description_.minor); }
+  int multiprocessors() const;
+  // The helper that preempts PTB launches on this device (loaded on first use, in this
+  // context); nullptr if it cannot be loaded.
+  const RetreatTrigger* retreatTrigger();
   CompletionQueue& completions() { return *completions_; }
   StagingPool& staging() { return *staging_; }
 
@@ -61,6 +68,9 @@ class Gpu {
   DeviceDescription description_;
   std::unique_ptr<CompletionQueue> completions_;
   std::unique_ptr<StagingPool> staging_;
+  std::mutex triggerMutex_;
+  std::unique_ptr<RetreatTrigger> trigger_;
+  bool triggerTried_ = false;
   std::mutex limitMutex_;
   std::map<int, size_t> initialLimits_;
 };

@@ -2,16 +2,16 @@
 
 namespace tally::server::gpu {
 
-std::shared_ptr<const std::string> ModuleStore::find(const hash::ContentHash& hash) {
+std::shared_ptr<const StoredModule> ModuleStore::find(const hash::ContentHash& hash) {
   std::lock_guard lock(mutex_);
-  auto it = images_.find(hash);
-  return it == images_.end() ? nullptr : it->second;
+  auto it = modules_.find(hash);
+  return it == modules_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const std::string> ModuleStore::insert(const hash::ContentHash& hash, std::string image) {
-  auto shared = std::make_shared<const std::string>(std::move(image));
+std::shared_ptr<const StoredModule> ModuleStore::insert(const hash::ContentHash& hash, StoredModule module) {
+  auto shared = std::make_shared<const StoredModule>(std::move(module));
   std::lock_guard lock(mutex_);
-  if (bytes_ + shared->size() <= maxBytes_ && images_.emplace(hash, shared).second) bytes_ += shared->size();
+  if (bytes_ + shared->bytes() <= maxBytes_ && modules_.emplace(hash, shared).second) bytes_ += shared->bytes();
   return shared;
 }
 

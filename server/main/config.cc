@@ -183,7 +183,8 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   static const std::set<std::string> kKnown = {"listen",         "admin_socket",      "log_level",
                                                "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
                                                "max_bulk_bytes", "inline_wait_us",    "poll_us",
-                                               "require_auth",   "tenant"};
+                                               "require_auth",   "tenant",            "transform",
+                                               "cache_dir",      "stress_seed"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -203,6 +204,13 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.maxBulkBytes = table["max_bulk_bytes"].value_or(config.maxBulkBytes);
   config.inlineWaitMicros = table["inline_wait_us"].value_or(config.inlineWaitMicros);
   config.pollMicros = table["poll_us"].value_or(config.pollMicros);
+  config.transform = table["transform"].value_or(config.transform);
+  config.cacheDir = table["cache_dir"].value_or(config.cacheDir);
+  config.stressSeed = table["stress_seed"].value_or(config.stressSeed);
+  if (config.transform != "off" && config.transform != "lazy" && config.transform != "stress") {
+    error = fmt::format("{}: transform = \"{}\": expected \"off\", \"lazy\" or \"stress\"", path, config.transform);
+    return false;
+  }
   std::string why;
   std::optional<std::string> admin;
   if (!readString(table, "admin_socket", admin, why) || (admin && !parseAdminSocket(*admin, config.adminSocket, why)) ||

@@ -20,6 +20,12 @@ struct Config {
   unsigned inlineWaitMicros = 50;
   unsigned pollMicros = 50;
   session::AuthPolicy auth;  // require_auth and the [[tenant]] rules
+  // Kernel transforms for best-effort tenants: "off", "lazy" (compile in the background, use
+  // the variants from the next load on) or "stress" (test aid: compile before the load returns
+  // and run every launch as a random variant).
+  std::string transform = "lazy";
+  std::string cacheDir = "/var/cache/tally";  // compiled variants
+  uint64_t stressSeed = 0;                    // 0: a new seed per run
 };
 
 // The control socket's path from `text`: "unix:PATH" or a plain PATH; "" (no control socket)

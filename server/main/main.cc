@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <vector>
 
 namespace tally::server {
@@ -92,7 +93,11 @@ int run(int argc, char** argv) {
   std::vector<std::string> listen;
   std::string logLevel;
   std::optional<std::string> admin;
+  std::string transformMode, cacheDir;
   app.add_option("--config", configPath, "TOML configuration file");
+  app.add_option("--transform", transformMode, "kernel transforms: off, lazy, stress (test aid; overrides the file)")
+      ->check(CLI::IsMember({"off", "lazy", "stress"}));
+  app.add_option("--cache-dir", cacheDir, "directory of compiled kernel variants (overrides the file)");
   app.add_option("--listen", listen, "unix:/path or tcp://host:port (repeatable; overrides the file)");
   app.add_option("--admin", admin, "control socket for tallyctl: unix:PATH, or \"\" for none (overrides the file)");
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error");
@@ -110,6 +115,8 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (!logLevel.empty()) config.logLevel = logLevel;
+  if (!transformMode.empty()) config.transform = transformMode;
+  if (!cacheDir.empty()) config.cacheDir = cacheDir;
   log::setup("tallyd", config.logLevel, spdlog::level::info);
 
   transport::ListenOptions listenOptions;
@@ -136,6 +143,19 @@ int run(int argc, char** argv) {
   services.inlineWaitMicros = config.inlineWaitMicros;
   services.pollMicros = config.pollMicros;
   services.auth = config.auth;
+  std::optional<transform::VariantStore> variants;
+  if (config.transform != "off" && !gpus.empty()) {
+    int driverVersion = 0;
+    cuDriverGetVersion(&driverVersion);
+    variants.emplace(config.cacheDir, driverVersion,
+                     config.transform == "stress" ? transform::VariantStore::Mode::kWait
+                                                  : transform::VariantStore::Mode::kLazy);
+    services.variants = &*variants;
+    services.stress = config.transform == "stress";
+    services.stressSeed = config.stressSeed != 0 ? config.stressSeed : std::random_device{}();
+    spdlog::info("kernel transforms {} for best-effort tenants, compiled variants in {}{}", config.transform,
+                 config.cacheDir, services.stress ? fmt::format(" (STRESS MODE, seed {})", services.stressSeed) : "");
+  }
   spdlog::info("{} tenant rule{}, authentication {}", config.auth.tenants.size(),
                config.auth.tenants.size() == 1 ? "" : "s", config.auth.requireAuth ? "required" : "optional");
 

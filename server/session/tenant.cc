@@ -150,6 +150,8 @@ CUresult Tenant::destroyStream(uint64_t id) {
   cuStreamDestroy(s.stream);
   cuEventDestroy(s.joinEvent);
   if (s.hostFlag != nullptr) retiredHostFlags_.push_back(s.hostFlag);
+  if (s.variantSide != nullptr) cuStreamDestroy(s.variantSide);
+  if (s.ptbControl != 0) retiredPtbControls_.emplace_back(s.gpu, s.ptbControl);
   streams_.erase(it);
   publishUsage();
   return CUDA_SUCCESS;
@@ -271,15 +273,39 @@ void* Tenant::hostAddress(uint64_t clientAddress, size_t size) const {
 
 // --- modules ---------------------------------------------------------------------------
 
-CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& image) {
+CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& image, const std::string* variants) {
   gpu::Gpu* g = gpu(device);
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (modules_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
   g->makeCurrent();
   CUmodule m = nullptr;
+  if (variants != nullptr) {
+    if (CUresult r = cuModuleLoadData(&m, variants->data()); r == CUDA_SUCCESS) {
+      modules_.emplace(id, ModuleState{g, m, true});
+      return CUDA_SUCCESS;
+    } else {
+      spdlog::warn("tenant {} ({}): cannot load the kernel variants ({}); running the original kernels", id_, name_,
+                   gpu::describe(r));
+    }
+  }
   if (CUresult r = cuModuleLoadData(&m, image.data()); r != CUDA_SUCCESS) return r;
   modules_.emplace(id, ModuleState{g, m});
   return CUDA_SUCCESS;
+}
+
+bool Tenant::prepareVariants(StreamState& s) {
+  if (s.ptbControl != 0) return true;
+  s.gpu->makeCurrent();
+  if (cuStreamCreateWithPriority(&s.variantSide, CU_STREAM_NON_BLOCKING, s.gpu->description().streamPriorityGreatest) !=
+      CUDA_SUCCESS) {
+    s.variantSide = nullptr;
+    return false;
+  }
+  if (cuMemAlloc(&s.ptbControl, 16) != CUDA_SUCCESS) {
+    s.ptbControl = 0;
+    return false;
+  }
+  return true;
 }
 
 CUresult Tenant::unloadModule(uint64_t id) {
@@ -335,7 +361,17 @@ void Tenant::release() {
     cuStreamDestroy(s->stream);
     cuEventDestroy(s->joinEvent);
     if (s->hostFlag != nullptr) cuMemFreeHost(s->hostFlag);
+    if (s->variantSide != nullptr) {
+      cuStreamSynchronize(s->variantSide);
+      cuStreamDestroy(s->variantSide);
+    }
+    if (s->ptbControl != 0) retiredPtbControls_.emplace_back(s->gpu, s->ptbControl);
   }
+  for (auto [g, control] : retiredPtbControls_) {
+    g->makeCurrent();
+    cuMemFree(control);
+  }
+  retiredPtbControls_.clear();
   for (auto& [g, s] : syncStreams_) {
     g->makeCurrent();
     cuStreamSynchronize(s);
@@ -355,8 +391,10 @@ void Tenant::release() {
     if (mapping.registered) cuMemHostUnregister(mapping.local);
     ::munmap(mapping.local, mapping.size);
   }
-  spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} bytes of device memory",
-               id_, name_, streams_.size(), events_.size(), modules_.size(), freedBytes);
+  spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} bytes of device memory; "
+               "{} launches ({} sliced, {} PTB, {} retreats)",
+               id_, name_, streams_.size(), events_.size(), modules_.size(), freedBytes, counters_.launches.load(),
+               counters_.slicedLaunches.load(), counters_.ptbLaunches.load(), counters_.preemptions.load());
   streams_.clear();
   syncStreams_.clear();
   events_.clear();

@@ -39,6 +39,10 @@ struct StreamState {
   uint32_t* hostFlag = nullptr;     // pinned, device-mapped
   CUdeviceptr hostFlagDevice = 0;
   uint32_t hostFuncIssued = 0;
+  // Kernel variants (created on first use): a stream for PTB retreat triggers and the PTB
+  // progress counter + retreat flag shared by this stream's PTB launches.
+  CUstream variantSide = nullptr;
+  CUdeviceptr ptbControl = 0;
 };
 
 struct EventState {
@@ -51,11 +55,15 @@ struct FunctionState {
   CUfunction function = nullptr;
   std::vector<std::pair<uint32_t, uint32_t>> params;  // (offset, size)
   size_t paramBytes = 0;
+  // Variants, when the module was loaded with them (server/transform); null otherwise.
+  CUfunction sliced = nullptr;
+  CUfunction ptb = nullptr;
 };
 
 struct ModuleState {
   gpu::Gpu* gpu = nullptr;
   CUmodule module = nullptr;
+  bool hasVariants = false;  // loaded from the compiled variant module instead of the client's image
 };
 
 // What tallyctl shows about a tenant. Only the session thread writes them (relaxed atomic
@@ -67,6 +75,9 @@ struct TenantCounters {
   std::atomic<uint64_t> bytesDeviceToHost{0};
   std::atomic<uint64_t> memoryBytes{0};  // allocated device memory, stored after each change
   std::atomic<uint32_t> streams{0};      // created streams (not the legacy default ones), likewise
+  std::atomic<uint64_t> slicedLaunches{0};  // launches run as sliced / PTB kernel variants
+  std::atomic<uint64_t> ptbLaunches{0};
+  std::atomic<uint64_t> preemptions{0};     // PTB retreat points set (one set after the grid is done stops nothing)
 };
 
 struct HostMapping {
@@ -120,7 +131,12 @@ class Tenant {
   void* hostAddress(uint64_t clientAddress, size_t size) const;
 
   // --- modules --------------------------------------------------------------------------
-  CUresult loadModule(uint32_t device, uint64_t id, const std::string& image);
+  // Loads `variants` (the compiled variant module of the image's PTX) when given and loadable,
+  // else `image`.
+  CUresult loadModule(uint32_t device, uint64_t id, const std::string& image, const std::string* variants = nullptr);
+  // The side stream and PTB control memory of `s`, created on first use; false if the driver
+  // refused them (the launch then runs the original kernel).
+  bool prepareVariants(StreamState& s);
   CUresult unloadModule(uint64_t id);
   ModuleState* module(uint64_t id);
   FunctionState* function(uint64_t id);
@@ -188,6 +204,7 @@ class Tenant {
   std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);
   bool released_ = false;
   TenantCounters counters_;
+  std::vector<std::pair<gpu::Gpu*, CUdeviceptr>> retiredPtbControls_;  // of destroyed streams: freed at release
 };
 
 }  // namespace tally::server::session

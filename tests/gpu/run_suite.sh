@@ -16,6 +16,7 @@
 #   GPU_SUITE_TIMEOUT=300  per-run timeout in seconds
 #   GPU_SUITE_SMI_PROGRAM=large_transfers  program observed with nvidia-smi
 #   GPU_SUITE_NO_HIDE=1    debugging only: never hide the GPU from clients
+#   GPU_SUITE_TALLYD_ARGS  extra tallyd options, e.g. "--transform stress --cache-dir DIR"
 #   OUT=<dir>              if set, a copy of the logs/results is written there
 set -euo pipefail
 
@@ -202,7 +203,8 @@ pick_port() {
   return 1
 }
 PORT=$(pick_port) || fatal "could not find a free TCP port"
-"$TALLYD" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" >"$RES/tallyd.log" 2>&1 &
+# shellcheck disable=SC2086  # GPU_SUITE_TALLYD_ARGS is a word list, e.g. "--transform stress"
+"$TALLYD" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" ${GPU_SUITE_TALLYD_ARGS:-} >"$RES/tallyd.log" 2>&1 &
 TALLYD_PID=$!
 say "tallyd pid $TALLYD_PID listening on unix:$SOCK and tcp://127.0.0.1:$PORT"
 for _ in $(seq 1 100); do
