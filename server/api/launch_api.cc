@@ -82,7 +82,7 @@ uint64_t residentBlocks(CUfunction variant, const session::FunctionState& f, con
 }
 
 // Stress mode: the original, the sliced variant over 2-16 slices, or the PTB variant with a
-// random worker count, a quarter of the PTB launches preempted 1-3 times at random points.
+// random worker count and chunk, half of the PTB launches preempted 1-3 times at random points.
 CUresult stressLaunch(CallContext& ctx, session::FunctionState& f, session::StreamState& s,
                       const gpu::LaunchShape& shape, gpu::KernelParams params) {
   thread_local std::mt19937_64 rng(ctx.services().stressSeed ^ (ctx.tenant().id() * 0x9e3779b97f4a7c15ull));
@@ -98,7 +98,7 @@ CUresult stressLaunch(CallContext& ctx, session::FunctionState& f, session::Stre
   uint64_t resident = choice >= 2 ? residentBlocks(f.ptb, f, shape) : 0;
   if (resident > 0 && trigger != nullptr && ctx.tenant().prepareVariants(s)) {
     counters.ptbLaunches.fetch_add(1, std::memory_order_relaxed);
-    uint64_t workers = pick(1, resident);
+    gpu::PtbWorkers workers{pick(1, resident), static_cast<uint32_t>(pick(1, 4))};
     gpu::PtbControl control{s.ptbControl, s.ptbControl + 8};
     if (choice == 2 || total < 2) {
       if (CUresult r = gpu::resetPtb(control, s.stream); r != CUDA_SUCCESS) return r;

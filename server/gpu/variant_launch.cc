@@ -87,14 +87,14 @@ CUresult resetPtb(PtbControl control, CUstream stream) {
 
 CUresult clearRetreat(PtbControl control, CUstream stream) { return cuMemsetD32Async(control.retreat, 0, 1, stream); }
 
-CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params, uint64_t workers,
+CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params, PtbWorkers workers,
                    PtbControl control) {
   const uint64_t total = shape.blocks();
   if (total == 0) return CUDA_ERROR_INVALID_VALUE;
-  auto blocks = static_cast<unsigned>(std::clamp<uint64_t>(workers, 1, std::min(total, kMaxGridX)));
-  uint32_t gridX = shape.grid[0], gridY = shape.grid[1], gridZ = shape.grid[2];
+  auto blocks = static_cast<unsigned>(std::clamp<uint64_t>(workers.workers, 1, std::min(total, kMaxGridX)));
+  uint32_t gridX = shape.grid[0], gridY = shape.grid[1], gridZ = shape.grid[2], chunk = std::max(workers.chunk, 1u);
   CUdeviceptr progress = control.progress, retreat = control.retreat;
-  std::vector<void*> all = withExtras(params, {&gridX, &gridY, &gridZ, &progress, &retreat});
+  std::vector<void*> all = withExtras(params, {&gridX, &gridY, &gridZ, &progress, &retreat, &chunk});
   return cuLaunchKernel(ptb, blocks, 1, 1, shape.block[0], shape.block[1], shape.block[2], shape.sharedMem, stream,
                         all.data(), nullptr);
 }
@@ -123,7 +123,7 @@ CUresult RetreatTrigger::launch(CUstream stream, PtbControl control, uint64_t th
 }
 
 CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream stream, CUstream side,
-                            KernelParams params, uint64_t workers, PtbControl control,
+                            KernelParams params, PtbWorkers workers, PtbControl control,
                             std::span<const uint64_t> thresholds, const RetreatTrigger& trigger, uint64_t timeoutNs) {
   if (CUresult r = resetPtb(control, stream); r != CUDA_SUCCESS) return r;
   for (uint64_t threshold : thresholds) {

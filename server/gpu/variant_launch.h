@@ -43,10 +43,16 @@ CUresult launchSliced(CUfunction sliced, const LaunchShape& shape, CUstream stre
 CUresult resetPtb(PtbControl control, CUstream stream);
 // Lowers the retreat flag, keeping the progress: the next launchPtb resumes.
 CUresult clearRetreat(PtbControl control, CUstream stream);
-// Launches the PTB variant with `workers` worker blocks (at least one, at most the grid's
-// blocks); it runs logical blocks from the progress counter on until the grid is done or the
-// retreat flag is raised.
-CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params, uint64_t workers,
+// How a PTB launch runs: `workers` worker blocks (at least one, at most the grid's blocks),
+// each claiming `chunk` logical blocks at a time (the retreat flag is read between chunks).
+struct PtbWorkers {
+  uint64_t workers = 1;
+  uint32_t chunk = 1;
+};
+
+// Launches the PTB variant; it runs logical blocks from the progress counter on until the grid
+// is done or the retreat flag is raised.
+CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params, PtbWorkers workers,
                    PtbControl control);
 
 // A one-thread helper kernel that raises a PTB launch's retreat flag once its progress reaches
@@ -71,7 +77,7 @@ class RetreatTrigger {
 // thresholds[i]; the stream then waits for that trigger, lowers the flag and relaunches. The
 // last run has no trigger and completes the grid. Resets the control first.
 CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream stream, CUstream side,
-                            KernelParams params, uint64_t workers, PtbControl control,
+                            KernelParams params, PtbWorkers workers, PtbControl control,
                             std::span<const uint64_t> thresholds, const RetreatTrigger& trigger,
                             uint64_t timeoutNs = 200'000'000);
 

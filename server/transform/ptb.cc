@@ -157,14 +157,14 @@ std::optional<std::string> flattenBarrierScopes(std::vector<Statement>& body) {
 
 const std::vector<std::string_view> kExtraParams{".param .u32 __tally_grid_x", ".param .u32 __tally_grid_y",
                                                  ".param .u32 __tally_grid_z", ".param .u64 __tally_progress",
-                                                 ".param .u64 __tally_retreat"};
+                                                 ".param .u64 __tally_retreat", ".param .u32 __tally_chunk"};
 
 // Declarations, then the setup run once per worker. __tally_ptb_slot is the claim broadcast:
 // two 8-byte slots, used alternately (see kClaim).
 constexpr const char* kDeclarations = R"(
 .reg .pred %tally_leader, %tally_stop, %tally_live, %tally_vote, %tally_any_live;
-.reg .b32 %tally_flag, %tally_slot, %tally_resume, %tally_red;
-.reg .b64 %tally_total, %tally_progress, %tally_retreat;
+.reg .b32 %tally_flag, %tally_slot, %tally_resume, %tally_red, %tally_chunk, %tally_chunk_left;
+.reg .b64 %tally_total, %tally_progress, %tally_retreat, %tally_claimed, %tally_chunk_wide;
 .shared .align 16 .b8 __tally_ptb_slot[16];
 )";
 
@@ -179,6 +179,10 @@ ld.param.u64 %tally_progress, [__tally_progress];
 cvta.to.global.u64 %tally_progress, %tally_progress;
 ld.param.u64 %tally_retreat, [__tally_retreat];
 cvta.to.global.u64 %tally_retreat, %tally_retreat;
+ld.param.u32 %tally_chunk, [__tally_chunk];
+max.u32 %tally_chunk, %tally_chunk, 1;
+cvt.u64.u32 %tally_chunk_wide, %tally_chunk;
+mov.u32 %tally_chunk_left, 0;
 mov.u32 %tally_s, %tid.x;
 mov.u32 %tally_flag, %tid.y;
 or.b32 %tally_s, %tally_s, %tally_flag;
@@ -193,7 +197,12 @@ mov.u32 %tally_slot, __tally_ptb_slot;
 // The leader reads the retreat flag *before* claiming: when it is raised nothing is claimed, so
 // the counter only ever counts blocks some worker has taken and will run to the end; a
 // relaunch resumes from it with no other bookkeeping. (Past the end of the grid each worker's
-// last claim still adds one, so the blocks done are min(counter, total).)
+// last claim still adds to it, so the blocks done are min(counter, total).)
+//
+// A claim takes __tally_chunk consecutive blocks: with blocks of a few microseconds or less
+// the one global counter, not the work, would limit the kernel's speed. The flag is read
+// between chunks, so a retreat waits for at most a chunk per worker; the launcher picks the
+// chunk (1 for long blocks).
 //
 // The claimed index (or `total`, meaning stop) is broadcast through shared memory. The slot
 // must not be overwritten before every thread has read it: without care, in a kernel with no
@@ -208,11 +217,19 @@ mov.u32 %tally_slot, __tally_ptb_slot;
 constexpr const char* kClaim = R"(
 $__tally_next:
 @!%tally_leader bra $__tally_claimed;
+setp.ne.u32 %tally_stop, %tally_chunk_left, 0;
+@%tally_stop bra $__tally_in_chunk;
 ld.volatile.global.u32 %tally_flag, [%tally_retreat];
 setp.ne.u32 %tally_stop, %tally_flag, 0;
-mov.u64 %tally_linear, %tally_total;
-@!%tally_stop atom.global.add.u64 %tally_linear, [%tally_progress], 1;
-st.shared.u64 [%tally_slot], %tally_linear;
+mov.u64 %tally_claimed, %tally_total;
+@!%tally_stop atom.global.add.u64 %tally_claimed, [%tally_progress], %tally_chunk_wide;
+@!%tally_stop sub.u32 %tally_chunk_left, %tally_chunk, 1;
+bra.uni $__tally_publish;
+$__tally_in_chunk:
+add.u64 %tally_claimed, %tally_claimed, 1;
+sub.u32 %tally_chunk_left, %tally_chunk_left, 1;
+$__tally_publish:
+st.shared.u64 [%tally_slot], %tally_claimed;
 $__tally_claimed:
 barrier.sync 0;
 ld.shared.u64 %tally_linear, [%tally_slot];

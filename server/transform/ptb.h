@@ -19,10 +19,11 @@ inline constexpr const char* kPtbSuffix = "__tally_ptb";
 //                                  (linear index x fastest, then y, then z); zero it for a
 //                                  fresh launch, keep it to resume
 //   .param .u64 __tally_retreat    pointer to a global u32: non-zero asks the workers to stop
-//                                  after their current logical block
+//                                  after their current chunk of logical blocks
+//   .param .u32 __tally_chunk      logical blocks per claim (0 counts as 1)
 // Launched with any number of worker blocks (any grid shape), the original block shape and
 // the original dynamic shared memory. The variant adds 16 bytes of static shared memory.
-inline constexpr int kPtbExtraParams = 5;
+inline constexpr int kPtbExtraParams = 6;
 
 // Why the PTB variant of `f` cannot be built (the barrier-aware rewrite cannot make it safe),
 // if it cannot. For a kernel (`isKernel`): barriers with a thread count, bar.arrive, unknown

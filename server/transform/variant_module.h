@@ -13,7 +13,7 @@ namespace tally::server::transform {
 
 // Bumped whenever the output of any transform changes: it is part of every cache key, so a new
 // tallyd never loads variants an older transformer made.
-inline constexpr uint32_t kTransformerVersion = 1;
+inline constexpr uint32_t kTransformerVersion = 2;
 
 // The variant name tallyd's cache files record ("sliced+ptb").
 inline constexpr const char* kVariantModuleName = "sliced+ptb";

@@ -179,11 +179,19 @@ TEST(Ptb, ClaimLoopGolden) {
   std::string all = bodyText(f);
   constexpr const char* kClaim = R"($__tally_next:
 @!%tally_leader bra $__tally_claimed;
+setp.ne.u32 %tally_stop, %tally_chunk_left, 0;
+@%tally_stop bra $__tally_in_chunk;
 ld.volatile.global.u32 %tally_flag, [%tally_retreat];
 setp.ne.u32 %tally_stop, %tally_flag, 0;
-mov.u64 %tally_linear, %tally_total;
-@!%tally_stop atom.global.add.u64 %tally_linear, [%tally_progress], 1;
-st.shared.u64 [%tally_slot], %tally_linear;
+mov.u64 %tally_claimed, %tally_total;
+@!%tally_stop atom.global.add.u64 %tally_claimed, [%tally_progress], %tally_chunk_wide;
+@!%tally_stop sub.u32 %tally_chunk_left, %tally_chunk, 1;
+bra.uni $__tally_publish;
+$__tally_in_chunk:
+add.u64 %tally_claimed, %tally_claimed, 1;
+sub.u32 %tally_chunk_left, %tally_chunk_left, 1;
+$__tally_publish:
+st.shared.u64 [%tally_slot], %tally_claimed;
 $__tally_claimed:
 barrier.sync 0;
 ld.shared.u64 %tally_linear, [%tally_slot];
@@ -229,7 +237,7 @@ bra $__tally_next;
   std::vector<std::string> names;
   for (const Param& p : variant(m, "k__tally_ptb").params) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"k_param_0", "k_param_1", "__tally_grid_x", "__tally_grid_y",
-                                             "__tally_grid_z", "__tally_progress", "__tally_retreat"}));
+                                             "__tally_grid_z", "__tally_progress", "__tally_retreat", "__tally_chunk"}));
 }
 
 TEST(Ptb, EarlyReturnBeforeBarrierGolden) {

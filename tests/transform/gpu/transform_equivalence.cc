@@ -302,8 +302,9 @@ class EquivalenceCase {
     }
     if (v_.ptb != nullptr) {
       uint64_t full = residentWorkers(d_, v_.ptb, shape_);
-      for (uint64_t workers : {uint64_t(1), uint64_t(2), uint64_t(5), full}) {
-        compare("ptb workers=" + std::to_string(workers), [&] {
+      for (gpu::PtbWorkers workers : {gpu::PtbWorkers{1, 1}, gpu::PtbWorkers{2, 1}, gpu::PtbWorkers{5, 3},
+                                      gpu::PtbWorkers{full, 1}, gpu::PtbWorkers{full, 7}}) {
+        compare("ptb workers=" + std::to_string(workers.workers) + " chunk=" + std::to_string(workers.chunk), [&] {
           if (CUresult r = gpu::resetPtb(d_.control, d_.stream); r != CUDA_SUCCESS) return r;
           return gpu::launchPtb(v_.ptb, shape_, d_.stream, args_.params(), workers, d_.control);
         });
@@ -342,11 +343,13 @@ class EquivalenceCase {
   // Random worker count and one to three preemption points.
   void comparePreempted(uint64_t fullWorkers) {
     const uint64_t total = shape_.blocks();
-    uint64_t workers = std::uniform_int_distribution<uint64_t>(1, fullWorkers)(rng_);
+    gpu::PtbWorkers workers{std::uniform_int_distribution<uint64_t>(1, fullWorkers)(rng_),
+                            std::uniform_int_distribution<uint32_t>(1, 4)(rng_)};
     std::vector<uint64_t> thresholds(std::uniform_int_distribution<int>(1, 3)(rng_));
     for (auto& t : thresholds) t = std::uniform_int_distribution<uint64_t>(1, std::max<uint64_t>(total - 1, 1))(rng_);
     std::sort(thresholds.begin(), thresholds.end());
-    std::string what = "ptb workers=" + std::to_string(workers) + " preempted at";
+    std::string what = "ptb workers=" + std::to_string(workers.workers) + " chunk=" + std::to_string(workers.chunk) +
+                       " preempted at";
     for (uint64_t t : thresholds) what += " " + std::to_string(t);
     compare(what, [&] {
       return gpu::launchPtbPreempted(v_.ptb, shape_, d_.stream, d_.side, args_.params(), workers, d_.control,
@@ -365,7 +368,7 @@ class EquivalenceCase {
     check(gpu::resetPtb(d_.control, d_.stream), "reset");
     check(cuStreamSynchronize(d_.stream), "reset");
     check(d_.trigger.launch(d_.side, d_.control, threshold, 200'000'000), "trigger");
-    check(gpu::launchPtb(v_.ptb, shape_, d_.stream, args_.params(), 1, d_.control), name_ + ": ptb");
+    check(gpu::launchPtb(v_.ptb, shape_, d_.stream, args_.params(), {1, 1}, d_.control), name_ + ": ptb");
     check(cuStreamSynchronize(d_.side), "trigger");
     check(cuStreamSynchronize(d_.stream), name_ + ": ptb");
     uint64_t progress = 0;
@@ -374,7 +377,7 @@ class EquivalenceCase {
     if (progress >= threshold && progress < total) ++tally_.preemptMidKernel;
     // Resume and check the result like any other run.
     check(gpu::clearRetreat(d_.control, d_.stream), "clear");
-    check(gpu::launchPtb(v_.ptb, shape_, d_.stream, args_.params(), 3, d_.control), name_ + ": ptb resume");
+    check(gpu::launchPtb(v_.ptb, shape_, d_.stream, args_.params(), {3, 2}, d_.control), name_ + ": ptb resume");
     check(cuStreamSynchronize(d_.stream), name_ + ": ptb resume");
     std::vector<uint8_t> out = args_.snapshot();
     ++tally_.runs;
@@ -445,7 +448,8 @@ Summary timeLaunches(Device& d, Launch launch, int repeats) {
 // at a random moment of a PTB run -> the run's stream is idle. Runs that ended before the
 // raise are not samples.
 std::vector<double> preemptionLatencies(Device& d, CUfunction ptb, const gpu::LaunchShape& shape,
-                                        gpu::KernelParams params, uint64_t workers, double kernelUs, int trials) {
+                                        gpu::KernelParams params, gpu::PtbWorkers workers, double kernelUs,
+                                        int trials) {
   std::vector<double> us;
   std::mt19937_64 rng(42);
   for (int i = 0; i < trials; ++i) {
@@ -488,13 +492,28 @@ std::string benchKernel(Device& d, const transform::Function& kernel, const Vari
     o << ",\"sliced4_us\":" << json(sliced);
   }
   if (v.ptb != nullptr) {
-    uint64_t workers = residentWorkers(d, v.ptb, shape);
-    Summary ptb = timeLaunches(d, [&] {
-      if (CUresult r = gpu::resetPtb(d.control, d.stream); r != CUDA_SUCCESS) return r;
-      return gpu::launchPtb(v.ptb, shape, d.stream, args.params(), workers, d.control);
-    }, repeats);
-    Summary latency = summarize(preemptionLatencies(d, v.ptb, shape, args.params(), workers, original.p50, 30));
-    o << ",\"ptb_workers\":" << workers << ",\"ptb_us\":" << json(ptb) << ",\"preempt_latency_us\":" << json(latency);
+    // One full wave of workers; chunk 1 and the fastest chunk (what the scheduler picks when the
+    // retreat latency it costs stays inside its budget), each with its retreat latency.
+    const uint64_t full = residentWorkers(d, v.ptb, shape);
+    auto timePtb = [&](uint32_t chunk) {
+      return timeLaunches(d, [&] {
+        if (CUresult r = gpu::resetPtb(d.control, d.stream); r != CUDA_SUCCESS) return r;
+        return gpu::launchPtb(v.ptb, shape, d.stream, args.params(), {full, chunk}, d.control);
+      }, repeats);
+    };
+    Summary chunk1 = timePtb(1);
+    uint32_t bestChunk = 1;
+    Summary best = chunk1;
+    for (uint32_t chunk : {4u, 16u, 64u}) {
+      Summary s = timePtb(chunk);
+      if (s.p50 < best.p50) best = s, bestChunk = chunk;
+    }
+    auto latency = [&](uint32_t chunk) {
+      return summarize(preemptionLatencies(d, v.ptb, shape, args.params(), {full, chunk}, original.p50, 30));
+    };
+    o << ",\"ptb_workers\":" << full << ",\"ptb_us\":" << json(chunk1) << ",\"preempt_latency_us\":" << json(latency(1))
+      << ",\"ptb_best_chunk\":" << bestChunk << ",\"ptb_best_us\":" << json(best)
+      << ",\"preempt_latency_best_us\":" << json(latency(bestChunk));
   }
   o << "}";
   return o.str();
