@@ -10,6 +10,7 @@
 #include "server/gpu/module_store.h"
 #include "server/session/outbox.h"
 #include "server/session/tenant.h"
+#include "server/scheduler/policy.h"
 #include "server/transform/cache/variant_store.h"
 
 #include <capnp/message.h>
@@ -34,6 +35,8 @@ struct Services {
   // preempted at random points; the application must not notice.
   bool stress = false;
   uint64_t stressSeed = 0;
+  // How launches reach the GPU (server/scheduler); never null once tallyd runs.
+  scheduler::Policy* policy = nullptr;
 };
 
 // Fills the union part of a Reply.
@@ -47,6 +50,9 @@ class CallContext {
         services_(services) {}
 
   session::Tenant& tenant() { return tenant_; }
+  // The stream the current call queues work on (set by streamForWork), for the scheduler.
+  session::StreamState* workStream() const { return workStream_; }
+  void setWorkStream(session::StreamState* s) { workStream_ = s; }
   Services& services() { return services_; }
   const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
   bool oneWay() const { return callId_ == 0; }
@@ -77,6 +83,7 @@ class CallContext {
   uint64_t callId_;
   Services& services_;
   std::string protocolError_;
+  session::StreamState* workStream_ = nullptr;
 };
 
 // Sends a Reply for call `id` on `outbox`, optionally followed by device-to-host bytes for

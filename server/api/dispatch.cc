@@ -63,6 +63,7 @@ bool CallContext::readBulk(void* dst, size_t size) {
 session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
   session::StreamState* s = ctx.tenant().stream(streamId);
   if (s != nullptr) ctx.tenant().orderBefore(*s);
+  ctx.setWorkStream(s);
   return s;
 }
 
@@ -131,6 +132,13 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
       // A newer client may know calls we do not: refuse the call, keep the peer.
       ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
       break;
+  }
+  // Copies, memsets, event records and waits of a high-priority tenant are HP work too (kernel
+  // launches tell the scheduler themselves).
+  session::StreamState* s = ctx.workStream();
+  if (s != nullptr && !call.isLaunchKernel() && ctx.services().policy != nullptr) {
+    ctx.services().policy->afterWork(ctx.tenant().id(), ctx.tenant().priority() == session::PriorityClass::kHigh,
+                                     s->id, *s->gpu, s->stream);
   }
   return ctx.protocolErrorText().empty();
 }

@@ -94,7 +94,7 @@ CUresult stressLaunch(CallContext& ctx, session::FunctionState& f, session::Stre
     counters.slicedLaunches.fetch_add(1, std::memory_order_relaxed);
     return gpu::launchSliced(f.sliced, shape, s.stream, params, pick(2, std::min<uint64_t>(16, total)));
   }
-  const gpu::RetreatTrigger* trigger = f.gpu->retreatTrigger();
+  const gpu::PtbHelpers* trigger = f.gpu->ptbHelpers();
   uint64_t resident = choice >= 2 ? residentBlocks(f.ptb, f, shape) : 0;
   if (resident > 0 && trigger != nullptr && ctx.tenant().prepareVariants(s)) {
     counters.ptbLaunches.fetch_add(1, std::memory_order_relaxed);
@@ -115,6 +115,28 @@ CUresult stressLaunch(CallContext& ctx, session::FunctionState& f, session::Stre
                         shape.block[2], shape.sharedMem, s.stream, params.values, nullptr);
 }
 
+scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f, session::StreamState& s,
+                                     wire::LaunchKernel::Reader args) {
+  auto& counters = ctx.tenant().counters();
+  scheduler::KernelLaunch k;
+  k.tenant = ctx.tenant().id();
+  k.highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
+  k.streamId = s.id;
+  k.gpu = f.gpu;
+  k.stream = s.stream;
+  k.original = f.function;
+  k.sliced = f.sliced;
+  k.ptb = f.ptb;
+  k.profileKey = &f.profileKey;
+  k.shape = shapeOf(args);
+  k.paramBuffer = std::span<const uint8_t>(args.getParams().begin(), args.getParams().size());
+  k.paramLayout = &f.params;
+  k.slicedLaunches = &counters.slicedLaunches;
+  k.ptbLaunches = &counters.ptbLaunches;
+  k.preemptions = &counters.preemptions;
+  return k;
+}
+
 void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   session::FunctionState* f = ctx.tenant().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
@@ -133,14 +155,22 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   for (size_t i = 0; i < f->params.size(); ++i) params[i] = const_cast<uint8_t*>(buffer.begin()) + f->params[i].first;
   CUresult r;
   const bool plain = args.getAttributes().size() == 0 && !args.getCooperative();
+  scheduler::Policy* policy = ctx.services().policy;
   if (plain && ctx.services().stress && (f->sliced != nullptr || f->ptb != nullptr)) {
     r = stressLaunch(ctx, *f, *s, shapeOf(args), gpu::KernelParams{params, f->params.size()});
+  } else if (plain && policy != nullptr) {
+    r = policy->launch(kernelLaunch(ctx, *f, *s, args));
   } else if (plain) {
     r = cuLaunchKernel(f->function, args.getGrid().getX(), args.getGrid().getY(), args.getGrid().getZ(),
                        args.getBlock().getX(), args.getBlock().getY(), args.getBlock().getZ(), args.getSharedMem(),
                        s->stream, params, nullptr);
   } else {
     r = launchEx(*f, args, s->stream, params);
+    // Cooperative and attributed launches run as they are; the scheduler still counts them.
+    if (r == CUDA_SUCCESS && policy != nullptr) {
+      policy->afterWork(ctx.tenant().id(), ctx.tenant().priority() == session::PriorityClass::kHigh, s->id, *s->gpu,
+                        s->stream);
+    }
   }
   ctx.finish(r);
 }

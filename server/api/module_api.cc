@@ -57,7 +57,8 @@ void loadModule(CallContext& ctx, wire::ModuleLoad::Reader args) {
     }
   }
   std::shared_ptr<const std::string> variants = variantsFor(ctx, *stored, args);
-  CUresult r = ctx.tenant().loadModule(args.getDevice(), args.getModule(), stored->image, variants.get());
+  CUresult r =
+      ctx.tenant().loadModule(args.getDevice(), args.getModule(), hash::toHex(hash), stored->image, variants.get());
   if (r != CUDA_SUCCESS) {
     spdlog::warn("tenant {} ({}): cannot load module {}: CUresult {}", ctx.tenant().id(), ctx.tenant().name(),
                  hash::toHex(hash), static_cast<int>(r));
@@ -82,6 +83,7 @@ void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
   CUfunction f = nullptr;
   if (CUresult r = cuModuleGetFunction(&f, m->module, args.getName().cStr()); r != CUDA_SUCCESS) return ctx.finish(r);
   session::FunctionState state{m->gpu, f, paramLayout(f), 0};
+  state.profileKey = m->identity + "/" + args.getName().cStr();
   for (auto [offset, size] : state.params) state.paramBytes = std::max<size_t>(state.paramBytes, offset + size);
   if (m->hasVariants) {
     std::string name = args.getName().cStr();

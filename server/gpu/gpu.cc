@@ -97,12 +97,12 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
 
 int Gpu::multiprocessors() const { return description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]; }
 
-const RetreatTrigger* Gpu::retreatTrigger() {
+const PtbHelpers* Gpu::ptbHelpers() {
   std::lock_guard lock(triggerMutex_);
   if (!triggerTried_) {
     triggerTried_ = true;
     makeCurrent();
-    auto trigger = std::make_unique<RetreatTrigger>();
+    auto trigger = std::make_unique<PtbHelpers>();
     std::string error;
     if (trigger->load(error)) {
       trigger_ = std::move(trigger);

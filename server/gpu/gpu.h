@@ -50,7 +50,7 @@ class Gpu {
   int multiprocessors() const;
   // The helper that preempts PTB launches on this device (loaded on first use, in this
   // context); nullptr if it cannot be loaded.
-  const RetreatTrigger* retreatTrigger();
+  const PtbHelpers* ptbHelpers();
   CompletionQueue& completions() { return *completions_; }
   StagingPool& staging() { return *staging_; }
 
@@ -69,7 +69,7 @@ class Gpu {
   std::unique_ptr<CompletionQueue> completions_;
   std::unique_ptr<StagingPool> staging_;
   std::mutex triggerMutex_;
-  std::unique_ptr<RetreatTrigger> trigger_;
+  std::unique_ptr<PtbHelpers> trigger_;
   bool triggerTried_ = false;
   std::mutex limitMutex_;
   std::map<int, size_t> initialLimits_;

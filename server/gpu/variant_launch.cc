@@ -18,7 +18,7 @@ std::vector<void*> withExtras(KernelParams params, std::initializer_list<void*> 
 // retreat_at(progress*, retreat*, threshold, timeout_ns): spins on the progress counter (volatile:
 // another kernel writes it) until it reaches the threshold or the %globaltimer deadline passes,
 // then raises the flag.
-constexpr const char* kRetreatTriggerPtx = R"(
+constexpr const char* kPtbHelpersPtx = R"(
 .version 7.0
 .target sm_70
 .address_size 64
@@ -48,6 +48,30 @@ $raise:
   st.volatile.global.u32 [%rd2], %r1;
   ret;
 }
+
+// ptb_finished(progress*, total, seq, done*, preempted*): after a PTB run on the same stream,
+// writes seq to *done if the grid is complete, else to *preempted (the run stopped on a
+// retreat). The words may be mapped host memory (the scheduler polls them).
+.visible .entry tally_ptb_finished(.param .u64 progress, .param .u64 total, .param .u32 seq,
+                                   .param .u64 done, .param .u64 preempted)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [progress];
+  cvta.to.global.u64 %rd1, %rd1;
+  ld.param.u64 %rd2, [total];
+  ld.param.u32 %r1, [seq];
+  ld.param.u64 %rd3, [done];
+  ld.param.u64 %rd4, [preempted];
+  ld.volatile.global.u64 %rd5, [%rd1];
+  setp.ge.u64 %p1, %rd5, %rd2;
+  @!%p1 mov.u64 %rd3, %rd4;
+  cvta.to.global.u64 %rd3, %rd3;
+  st.volatile.global.u32 [%rd3], %r1;
+  membar.sys;
+  ret;
+}
 )";
 
 // Makes `waiter` wait for the work queued on `signaller` so far.
@@ -62,20 +86,27 @@ CUresult join(CUstream waiter, CUstream signaller) {
 
 }  // namespace
 
+uint64_t sliceSize(uint64_t blocks, uint64_t slices) {
+  slices = std::max<uint64_t>(slices, 1);
+  return std::clamp<uint64_t>((blocks + slices - 1) / slices, 1, kMaxGridX);
+}
+
+CUresult launchSliceRange(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
+                          uint64_t offset, uint32_t count) {
+  uint32_t gridX = shape.grid[0], gridY = shape.grid[1], gridZ = shape.grid[2];
+  std::vector<void*> all = withExtras(params, {&gridX, &gridY, &gridZ, &offset});
+  return cuLaunchKernel(sliced, count, 1, 1, shape.block[0], shape.block[1], shape.block[2], shape.sharedMem, stream,
+                        all.data(), nullptr);
+}
+
 CUresult launchSliced(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
                       uint64_t slices) {
   const uint64_t total = shape.blocks();
   if (total == 0) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t per = (total + std::max<uint64_t>(slices, 1) - 1) / std::max<uint64_t>(slices, 1);
-  per = std::min(per, kMaxGridX);
-  uint32_t gridX = shape.grid[0], gridY = shape.grid[1], gridZ = shape.grid[2];
-  uint64_t offset = 0;
-  std::vector<void*> all = withExtras(params, {&gridX, &gridY, &gridZ, &offset});
-  for (; offset < total; offset += per) {
-    auto blocks = static_cast<unsigned>(std::min(per, total - offset));
-    CUresult r = cuLaunchKernel(sliced, blocks, 1, 1, shape.block[0], shape.block[1], shape.block[2],
-                                shape.sharedMem, stream, all.data(), nullptr);
-    if (r != CUDA_SUCCESS) return r;
+  const uint64_t per = sliceSize(total, slices);
+  for (uint64_t offset = 0; offset < total; offset += per) {
+    auto count = static_cast<uint32_t>(std::min(per, total - offset));
+    if (CUresult r = launchSliceRange(sliced, shape, stream, params, offset, count); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
@@ -99,8 +130,8 @@ CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, Ke
                         all.data(), nullptr);
 }
 
-bool RetreatTrigger::load(std::string& error) {
-  if (CUresult r = cuModuleLoadData(&module_, kRetreatTriggerPtx); r != CUDA_SUCCESS) {
+bool PtbHelpers::load(std::string& error) {
+  if (CUresult r = cuModuleLoadData(&module_, kPtbHelpersPtx); r != CUDA_SUCCESS) {
     error = "cannot load the retreat trigger: CUresult " + std::to_string(r);
     return false;
   }
@@ -108,14 +139,25 @@ bool RetreatTrigger::load(std::string& error) {
     error = "retreat trigger has no tally_retreat_at: CUresult " + std::to_string(r);
     return false;
   }
+  if (CUresult r = cuModuleGetFunction(&finished_, module_, "tally_ptb_finished"); r != CUDA_SUCCESS) {
+    error = "retreat trigger has no tally_ptb_finished: CUresult " + std::to_string(r);
+    return false;
+  }
   return true;
 }
 
-RetreatTrigger::~RetreatTrigger() {
+CUresult PtbHelpers::launchFinished(CUstream stream, CUdeviceptr progress, uint64_t total, uint32_t seq,
+                                        CUdeviceptr done, CUdeviceptr preempted) const {
+  if (finished_ == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  void* args[] = {&progress, &total, &seq, &done, &preempted};
+  return cuLaunchKernel(finished_, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr);
+}
+
+PtbHelpers::~PtbHelpers() {
   if (module_ != nullptr) cuModuleUnload(module_);
 }
 
-CUresult RetreatTrigger::launch(CUstream stream, PtbControl control, uint64_t threshold, uint64_t timeoutNs) const {
+CUresult PtbHelpers::launch(CUstream stream, PtbControl control, uint64_t threshold, uint64_t timeoutNs) const {
   if (function_ == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUdeviceptr progress = control.progress, retreat = control.retreat;
   void* args[] = {&progress, &retreat, &threshold, &timeoutNs};
@@ -124,7 +166,7 @@ CUresult RetreatTrigger::launch(CUstream stream, PtbControl control, uint64_t th
 
 CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream stream, CUstream side,
                             KernelParams params, PtbWorkers workers, PtbControl control,
-                            std::span<const uint64_t> thresholds, const RetreatTrigger& trigger, uint64_t timeoutNs) {
+                            std::span<const uint64_t> thresholds, const PtbHelpers& trigger, uint64_t timeoutNs) {
   if (CUresult r = resetPtb(control, stream); r != CUDA_SUCCESS) return r;
   for (uint64_t threshold : thresholds) {
     // The trigger starts after the reset (and after the previous run's trigger) ...

@@ -34,6 +34,15 @@ struct KernelParams {
   size_t count = 0;
 };
 
+// Launches blocks [offset, offset + count) of the original grid (count < 2^31) as one launch of
+// the sliced variant.
+CUresult launchSliceRange(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
+                          uint64_t offset, uint32_t count);
+
+// The block count of each slice when a grid of `blocks` is cut into `slices` (at least one
+// block each, at most 2^31-1).
+uint64_t sliceSize(uint64_t blocks, uint64_t slices);
+
 // Launches the sliced variant of a kernel launched with `shape` as `slices` launches (more if a
 // slice would exceed the 2^31-1 blocks of a grid's x), each over the next contiguous range.
 CUresult launchSliced(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
@@ -55,21 +64,27 @@ struct PtbWorkers {
 CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params, PtbWorkers workers,
                    PtbControl control);
 
-// A one-thread helper kernel that raises a PTB launch's retreat flag once its progress reaches
-// a threshold (or a timeout passes, so that it never spins forever): a preemption at a chosen
-// point, decided on the GPU. Used by the stress mode and the equivalence tests; the scheduler
-// raises the flag itself.
-class RetreatTrigger {
+// Two one-thread helper kernels for PTB launches. The retreat trigger raises a launch's retreat
+// flag once its progress reaches a threshold (or a timeout passes, so that it never spins
+// forever): a preemption at a chosen point, decided on the GPU (the stress mode and the
+// equivalence tests; the scheduler raises the flag itself). The finisher tells the scheduler
+// whether a run completed its grid or stopped on a retreat.
+class PtbHelpers {
  public:
   // Loads the helper into the current context; on failure `error` says why.
   bool load(std::string& error);
-  ~RetreatTrigger();
+  ~PtbHelpers();
 
   CUresult launch(CUstream stream, PtbControl control, uint64_t threshold, uint64_t timeoutNs) const;
+  // After a PTB run on `stream`: writes `seq` to `done` if its grid of `total` blocks is
+  // complete, else to `preempted` (u32 words, device or mapped host memory).
+  CUresult launchFinished(CUstream stream, CUdeviceptr progress, uint64_t total, uint32_t seq, CUdeviceptr done,
+                          CUdeviceptr preempted) const;
 
  private:
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
+  CUfunction finished_ = nullptr;
 };
 
 // A complete PTB launch, preempted at each of `thresholds` (ascending logical-block counts) and
@@ -78,7 +93,7 @@ class RetreatTrigger {
 // last run has no trigger and completes the grid. Resets the control first.
 CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream stream, CUstream side,
                             KernelParams params, PtbWorkers workers, PtbControl control,
-                            std::span<const uint64_t> thresholds, const RetreatTrigger& trigger,
+                            std::span<const uint64_t> thresholds, const PtbHelpers& trigger,
                             uint64_t timeoutNs = 200'000'000);
 
 }  // namespace tally::server::gpu

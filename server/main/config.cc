@@ -184,7 +184,9 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
                                                "max_bulk_bytes", "inline_wait_us",    "poll_us",
                                                "require_auth",   "tenant",            "transform",
-                                               "cache_dir",      "stress_seed"};
+                                               "cache_dir",      "stress_seed",       "policy",
+                                               "priority_idle_window_us", "priority_budget_us", "priority_gate",
+                                               "priority_transforms", "priority_stream_priorities"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -207,6 +209,17 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.transform = table["transform"].value_or(config.transform);
   config.cacheDir = table["cache_dir"].value_or(config.cacheDir);
   config.stressSeed = table["stress_seed"].value_or(config.stressSeed);
+  auto& sched = config.scheduler;
+  sched.policy = table["policy"].value_or(sched.policy);
+  sched.idleWindowMicros = table["priority_idle_window_us"].value_or(sched.idleWindowMicros);
+  sched.budgetMicros = table["priority_budget_us"].value_or(sched.budgetMicros);
+  sched.gate = table["priority_gate"].value_or(sched.gate);
+  sched.transforms = table["priority_transforms"].value_or(sched.transforms);
+  sched.streamPriorities = table["priority_stream_priorities"].value_or(sched.streamPriorities);
+  if (sched.policy != "passthrough" && sched.policy != "priority") {
+    error = fmt::format("{}: policy = \"{}\": expected \"passthrough\" or \"priority\"", path, sched.policy);
+    return false;
+  }
   if (config.transform != "off" && config.transform != "lazy" && config.transform != "stress") {
     error = fmt::format("{}: transform = \"{}\": expected \"off\", \"lazy\" or \"stress\"", path, config.transform);
     return false;

@@ -1,6 +1,8 @@
 // tallyd's configuration: defaults, then the TOML file, then command-line flags.
 #pragma once
 
+#include "server/scheduler/policy.h"
+
 #include "server/session/auth.h"
 
 #include <cstdint>
@@ -26,6 +28,7 @@ struct Config {
   std::string transform = "lazy";
   std::string cacheDir = "/var/cache/tally";  // compiled variants
   uint64_t stressSeed = 0;                    // 0: a new seed per run
+  scheduler::SchedulerConfig scheduler;       // policy and its knobs
 };
 
 // The control socket's path from `text`: "unix:PATH" or a plain PATH; "" (no control socket)

@@ -93,11 +93,20 @@ int run(int argc, char** argv) {
   std::vector<std::string> listen;
   std::string logLevel;
   std::optional<std::string> admin;
-  std::string transformMode, cacheDir;
+  std::string transformMode, cacheDir, policy;
+  std::optional<double> budget, idleWindow;
+  bool noGate = false, noTransforms = false, noStreamPriorities = false;
   app.add_option("--config", configPath, "TOML configuration file");
   app.add_option("--transform", transformMode, "kernel transforms: off, lazy, stress (test aid; overrides the file)")
       ->check(CLI::IsMember({"off", "lazy", "stress"}));
   app.add_option("--cache-dir", cacheDir, "directory of compiled kernel variants (overrides the file)");
+  app.add_option("--policy", policy, "scheduler: passthrough or priority (overrides the file)")
+      ->check(CLI::IsMember({"passthrough", "priority"}));
+  app.add_option("--budget-us", budget, "priority: turnaround budget of best-effort kernels, µs");
+  app.add_option("--idle-window-us", idleWindow, "priority: HP idle time before best-effort work runs, µs");
+  app.add_flag("--no-gate", noGate, "priority: do not hold best-effort kernels while HP runs (ablation)");
+  app.add_flag("--no-transforms", noTransforms, "priority: never run best-effort kernels as variants (ablation)");
+  app.add_flag("--no-stream-priorities", noStreamPriorities, "priority: leave stream priorities alone (ablation)");
   app.add_option("--listen", listen, "unix:/path or tcp://host:port (repeatable; overrides the file)");
   app.add_option("--admin", admin, "control socket for tallyctl: unix:PATH, or \"\" for none (overrides the file)");
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error");
@@ -117,6 +126,13 @@ int run(int argc, char** argv) {
   if (!logLevel.empty()) config.logLevel = logLevel;
   if (!transformMode.empty()) config.transform = transformMode;
   if (!cacheDir.empty()) config.cacheDir = cacheDir;
+  if (!policy.empty()) config.scheduler.policy = policy;
+  if (budget) config.scheduler.budgetMicros = *budget;
+  if (idleWindow) config.scheduler.idleWindowMicros = *idleWindow;
+  if (noGate) config.scheduler.gate = false;
+  if (noTransforms) config.scheduler.transforms = false;
+  if (noStreamPriorities) config.scheduler.streamPriorities = false;
+  config.scheduler.profilesPath = config.cacheDir + "/kernel-durations.tsv";
   log::setup("tallyd", config.logLevel, spdlog::level::info);
 
   transport::ListenOptions listenOptions;
@@ -143,6 +159,18 @@ int run(int argc, char** argv) {
   services.inlineWaitMicros = config.inlineWaitMicros;
   services.pollMicros = config.pollMicros;
   services.auth = config.auth;
+  std::unique_ptr<scheduler::Policy> policyImpl = scheduler::makePolicy(config.scheduler, error);
+  if (!policyImpl) {
+    spdlog::error("{}", error);
+    return 2;
+  }
+  services.policy = policyImpl.get();
+  if (config.scheduler.policy == "priority") {
+    const auto& c = config.scheduler;
+    spdlog::info("scheduler: priority (gate {}, transforms {}, stream priorities {}, budget {} µs, idle window {} µs)",
+                 c.gate ? "on" : "off", c.transforms ? "on" : "off", c.streamPriorities ? "on" : "off", c.budgetMicros,
+                 c.idleWindowMicros);
+  }
   std::optional<transform::VariantStore> variants;
   if (config.transform != "off" && !gpus.empty()) {
     int driverVersion = 0;
@@ -180,6 +208,7 @@ int run(int argc, char** argv) {
   }
   spdlog::info("tallyd ready ({} GPU{})", gpus.size(), gpus.size() == 1 ? "" : "s");
   listener.run();
+  spdlog::info("scheduler {}", services.policy->summary());
   spdlog::info("tallyd stopped");
   return 0;
 }

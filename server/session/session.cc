@@ -157,6 +157,10 @@ bool Session::greet(frame::IncomingFrame& frame) {
     return false;
   }
   tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, services_.gpus, admission->limits);
+  if (services_.policy != nullptr) {
+    const bool high = admission->priority == PriorityClass::kHigh;
+    if (services_.policy->streamPriority(high, *services_.gpus.front())) tenant_->setStreamBand(high);
+  }
   admittedAt_ = std::chrono::system_clock::now();
   admitted_.store(true, std::memory_order_release);
   spdlog::info("tenant {} ({}) connected from {} (host {}, pid {}), {}", tenantId_, admission->name, peer_.description,
@@ -220,7 +224,13 @@ void Session::run() {
     serve(reader);
   }
   ::shutdown(fd_, SHUT_RDWR);
-  if (tenant_) tenant_->release();
+  if (tenant_) {
+    // The scheduler first lets go of what it holds back for this tenant, so that release()'s
+    // stream syncs finish; it frees its own per-tenant state once the streams are gone.
+    if (services_.policy != nullptr) services_.policy->tenantEnding(tenant_->id());
+    tenant_->release();
+    if (services_.policy != nullptr) services_.policy->tenantReleased(tenant_->id());
+  }
   outbox_->close();
   if (onExit_) onExit_(*this);
 }

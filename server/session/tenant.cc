@@ -53,13 +53,18 @@ Tenant::~Tenant() { release(); }
 
 // --- streams ---------------------------------------------------------------------------
 
+int Tenant::bandPriority(const gpu::Gpu& g, int requested) const {
+  if (!streamBand_) return requested;
+  return *streamBand_ ? g.description().streamPriorityGreatest : g.description().streamPriorityLeast;
+}
+
 CUresult Tenant::createStream(uint32_t device, uint64_t id, bool nonBlocking, int priority) {
   gpu::Gpu* g = gpu(device);
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (id < kFirstUserStream || streams_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
   if (!streamLimitAllows()) return kStreamLimitError;
   const auto& d = g->description();
-  priority = std::clamp(priority, d.streamPriorityGreatest, d.streamPriorityLeast);
+  priority = bandPriority(*g, std::clamp(priority, d.streamPriorityGreatest, d.streamPriorityLeast));
   auto s = std::make_unique<StreamState>();
   s->id = id;
   s->gpu = g;
@@ -82,7 +87,7 @@ StreamState* Tenant::createLegacyDefault(uint32_t device) {
   s->gpu = g;
   s->legacyDefault = true;
   g->makeCurrent();
-  if (cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS) return nullptr;
+  if (cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, bandPriority(*g, 0)) != CUDA_SUCCESS) return nullptr;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
   StreamState* raw = s.get();
   streams_.emplace(raw->id, std::move(s));
@@ -273,7 +278,8 @@ void* Tenant::hostAddress(uint64_t clientAddress, size_t size) const {
 
 // --- modules ---------------------------------------------------------------------------
 
-CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& image, const std::string* variants) {
+CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& identity, const std::string& image,
+                            const std::string* variants) {
   gpu::Gpu* g = gpu(device);
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (modules_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -281,7 +287,7 @@ CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& ima
   CUmodule m = nullptr;
   if (variants != nullptr) {
     if (CUresult r = cuModuleLoadData(&m, variants->data()); r == CUDA_SUCCESS) {
-      modules_.emplace(id, ModuleState{g, m, true});
+      modules_.emplace(id, ModuleState{g, m, true, identity});
       return CUDA_SUCCESS;
     } else {
       spdlog::warn("tenant {} ({}): cannot load the kernel variants ({}); running the original kernels", id_, name_,
@@ -289,7 +295,7 @@ CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& ima
     }
   }
   if (CUresult r = cuModuleLoadData(&m, image.data()); r != CUDA_SUCCESS) return r;
-  modules_.emplace(id, ModuleState{g, m});
+  modules_.emplace(id, ModuleState{g, m, false, identity});
   return CUDA_SUCCESS;
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -58,12 +59,14 @@ struct FunctionState {
   // Variants, when the module was loaded with them (server/transform); null otherwise.
   CUfunction sliced = nullptr;
   CUfunction ptb = nullptr;
+  std::string profileKey;  // "<module hash>/<kernel name>": what the scheduler learns durations by
 };
 
 struct ModuleState {
   gpu::Gpu* gpu = nullptr;
   CUmodule module = nullptr;
   bool hasVariants = false;  // loaded from the compiled variant module instead of the client's image
+  std::string identity;      // hex content hash of the client's module
 };
 
 // What tallyctl shows about a tenant. Only the session thread writes them (relaxed atomic
@@ -101,6 +104,9 @@ class Tenant {
 
   // --- streams and events -------------------------------------------------------------
   CUresult createStream(uint32_t device, uint64_t id, bool nonBlocking, int priority);
+  // Every stream of this tenant (its legacy default ones too) at the highest (true) or lowest
+  // (false) CUDA priority, whatever the application asks: the scheduler's first layer.
+  void setStreamBand(std::optional<bool> highest) { streamBand_ = highest; }
   CUresult destroyStream(uint64_t id);
   // The stream for `id`, creating the legacy default stream on first use; nullptr if unknown.
   StreamState* stream(uint64_t id);
@@ -133,7 +139,8 @@ class Tenant {
   // --- modules --------------------------------------------------------------------------
   // Loads `variants` (the compiled variant module of the image's PTX) when given and loadable,
   // else `image`.
-  CUresult loadModule(uint32_t device, uint64_t id, const std::string& image, const std::string* variants = nullptr);
+  CUresult loadModule(uint32_t device, uint64_t id, const std::string& identity, const std::string& image,
+                      const std::string* variants = nullptr);
   // The side stream and PTB control memory of `s`, created on first use; false if the driver
   // refused them (the launch then runs the original kernel).
   bool prepareVariants(StreamState& s);
@@ -204,6 +211,8 @@ class Tenant {
   std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);
   bool released_ = false;
   TenantCounters counters_;
+  std::optional<bool> streamBand_;
+  int bandPriority(const gpu::Gpu& g, int requested) const;
   std::vector<std::pair<gpu::Gpu*, CUdeviceptr>> retiredPtbControls_;  // of destroyed streams: freed at release
 };
 

@@ -185,7 +185,7 @@ struct Device {
   int smCount = 0;
   CUstream stream = nullptr, side = nullptr, high = nullptr;
   gpu::PtbControl control;
-  gpu::RetreatTrigger trigger;
+  gpu::PtbHelpers trigger;
 };
 
 // Returns an empty string when a GPU is ready, else why not.

@@ -1,0 +1,115 @@
+// The priority policy's decisions, kept free of CUDA so that tests can drive them with a
+// simulated clock and device (tests/scheduler): when best-effort work may run, which variant a
+// best-effort kernel runs as, and what to do with a preempted PTB kernel.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tally::server::scheduler {
+
+using Nanos = int64_t;  // a steady clock's time
+
+// When best-effort (BE) work may run: the gate closes the moment high-priority (HP) work is
+// submitted and opens once HP has been idle for `idleWindow`.
+class HpActivity {
+ public:
+  explicit HpActivity(Nanos idleWindow) : idleWindow_(idleWindow) {}
+
+  // HP work was submitted. True if the gate was open (the caller closes it and asks running
+  // PTB kernels to retreat).
+  bool submitted(Nanos now);
+  // The monitor's periodic look: `hpBusy` says whether any HP work is still unfinished on the
+  // GPU. True if the gate should open now.
+  bool observe(Nanos now, bool hpBusy);
+  bool gateOpen() const { return open_; }
+
+ private:
+  Nanos idleWindow_;
+  bool open_ = true;
+  Nanos idleSince_ = 0;
+  bool idleSeen_ = false;
+};
+
+// What a BE kernel runs as.
+enum class VariantKind { kOriginal, kSliced, kPtb };
+struct LaunchChoice {
+  VariantKind kind = VariantKind::kOriginal;
+  uint64_t slices = 1;   // kSliced
+  uint64_t workers = 0;  // kPtb: worker blocks (one wave)
+  uint32_t chunk = 1;    // kPtb: logical blocks per claim
+  bool measure = false;  // time this launch (to learn the original's duration)
+};
+
+struct KernelFacts {
+  uint64_t blocks = 0;        // logical blocks of the launch
+  uint64_t waveBlocks = 0;    // blocks one wave holds (occupancy x SMs); 0: unknown
+  bool hasSliced = false;     // the variant exists and fits this launch
+  bool hasPtb = false;
+  std::optional<double> originalMicros;  // learned duration of the original at this shape
+  uint64_t launchesSeen = 0;
+};
+
+struct ChoiceKnobs {
+  double budgetMicros = 100;  // turnaround: retreat raised -> GPU free of this kernel
+  bool useTransforms = true;
+  uint32_t maxChunk = 64;
+  uint64_t maxSlices = 64;
+  uint64_t measureFirst = 3;   // launches timed before a choice is trusted
+  uint64_t measureEvery = 64;  // then one in this many, to follow changes
+};
+
+// Picks the variant for a BE launch: the original when it is short enough to wait for (or not
+// known yet: it is timed), else PTB with the largest chunk whose expected turnaround (a chunk
+// of blocks per worker) fits the budget, else slices short enough to fit it.
+LaunchChoice chooseLaunch(const KernelFacts& facts, const ChoiceKnobs& knobs);
+
+// Learned original durations per kernel shape, kept on disk between runs (one line per key:
+// "<key>\t<micros>\t<samples>").
+class KernelProfiles {
+ public:
+  void record(const std::string& key, double micros);
+  std::optional<double> micros(const std::string& key) const;
+  uint64_t samples(const std::string& key) const;
+  bool load(const std::string& path, std::string& error);
+  bool save(const std::string& path, std::string& error) const;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    double micros = 0;  // exponentially weighted mean
+    uint64_t samples = 0;
+  };
+  std::map<std::string, Entry> entries_;
+};
+
+// The PTB launches of one BE stream that are not known to be finished, in stream order. Each
+// has a sequence number; a finisher kernel after every run writes it to `done` (the grid is
+// complete) or `preempted` (it stopped on a retreat), and the stream itself waits for
+// done >= seq before its next operation.
+class PtbLaneBook {
+ public:
+  struct Action {
+    enum Kind { kRetire, kResume } kind;
+    uint64_t seq;
+  };
+
+  uint64_t add();  // a new launch; returns its sequence number
+  // Given the words the GPU wrote and whether BE may run: retire finished launches (front
+  // first) and resume the front one if it was preempted and the gate is open. The caller lowers
+  // `preempted` below seq before relaunching, so a launch is resumed once per stop.
+  std::vector<Action> observe(uint64_t done, uint64_t preempted, bool gateOpen);
+  bool empty() const { return pending_.empty(); }
+  size_t size() const { return pending_.size(); }
+  uint64_t lastSeq() const { return next_ - 1; }
+
+ private:
+  std::deque<uint64_t> pending_;
+  uint64_t next_ = 1;
+};
+
+}  // namespace tally::server::scheduler

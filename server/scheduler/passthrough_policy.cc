@@ -1,0 +1,23 @@
+// "passthrough": every launch goes straight to the tenant's stream, untouched: the behaviour
+// of a shared context without a scheduler, and the baseline the priority policy is measured
+// against.
+#include "server/scheduler/passthrough_policy.h"
+
+namespace tally::server::scheduler {
+
+CUresult PassthroughPolicy::launch(const KernelLaunch& k) {
+  std::vector<void*> params = parameterPointers(k);
+  return cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
+                        k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params.data(), nullptr);
+}
+
+std::vector<void*> parameterPointers(const KernelLaunch& k) {
+  std::vector<void*> pointers;
+  pointers.reserve(k.paramLayout->size());
+  for (auto [offset, size] : *k.paramLayout) {
+    pointers.push_back(const_cast<uint8_t*>(k.paramBuffer.data()) + offset);
+  }
+  return pointers;
+}
+
+}  // namespace tally::server::scheduler

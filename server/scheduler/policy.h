@@ -1,0 +1,77 @@
+// The scheduler's interface to the rest of tallyd. A policy sees every kernel launch of every
+// tenant (and is told about their other stream work) and decides how and when it reaches the
+// GPU. Policies: "passthrough" (straight to the tenant's stream: the shared-context baseline)
+// and "priority" (priority_policy.h). A new policy is one new class and a line in makePolicy.
+// See docs/scheduler.md.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/gpu/gpu.h"
+#include "server/gpu/variant_launch.h"
+
+namespace tally::server::scheduler {
+
+struct SchedulerConfig {
+  std::string policy = "passthrough";  // "passthrough" | "priority"
+  double idleWindowMicros = 100;       // HP idle this long before best-effort work runs again
+  double budgetMicros = 100;           // turnaround budget of a best-effort kernel (retreat -> GPU free)
+  bool gate = true;                    // hold best-effort work while high-priority work runs
+  bool transforms = true;              // run long best-effort kernels as PTB / sliced variants
+  bool streamPriorities = true;        // HP streams at the highest CUDA priority, BE at the lowest
+  std::string profilesPath;            // learned kernel durations; empty: not kept
+};
+
+// One kernel launch as the API layer hands it over. Pointers are valid during the call only.
+struct KernelLaunch {
+  uint64_t tenant = 0;
+  bool highPriority = false;
+  uint64_t streamId = 0;  // the tenant's stream id (stable while the tenant lives)
+  gpu::Gpu* gpu = nullptr;
+  CUstream stream = nullptr;
+  CUfunction original = nullptr;
+  CUfunction sliced = nullptr;  // null when the module has no variants
+  CUfunction ptb = nullptr;
+  const std::string* profileKey = nullptr;  // "<module hash>/<kernel name>"
+  gpu::LaunchShape shape;
+  std::span<const uint8_t> paramBuffer;                          // the kernel's parameter bytes
+  const std::vector<std::pair<uint32_t, uint32_t>>* paramLayout;  // (offset, size) per parameter
+  // Per-tenant counters the policy keeps current (tallyctl stats).
+  std::atomic<uint64_t>* slicedLaunches = nullptr;
+  std::atomic<uint64_t>* ptbLaunches = nullptr;
+  std::atomic<uint64_t>* preemptions = nullptr;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual const char* name() const = 0;
+
+  // The CUDA stream priority every stream of a tenant of this class gets; nullopt: the one the
+  // application asks for.
+  virtual std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const = 0;
+  // Enqueues (or arranges) a kernel launch without launch attributes.
+  virtual CUresult launch(const KernelLaunch& k) = 0;
+  // A tenant enqueued other stream work (copy, memset, event, wait) on `stream`.
+  virtual void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) = 0;
+  // The tenant is ending, before it waits for its streams: nothing the policy holds back may
+  // keep them from draining.
+  virtual void tenantEnding(uint64_t tenant) = 0;
+  // The tenant's streams are drained and destroyed: release what the policy kept for it.
+  virtual void tenantReleased(uint64_t tenant) = 0;
+  // One line of counters for logs and tallyctl.
+  virtual std::string summary() const = 0;
+};
+
+// The policy `config.policy` names, or nullptr with `error`.
+std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, std::string& error);
+
+}  // namespace tally::server::scheduler

@@ -1,0 +1,125 @@
+// "priority": high-priority (HP) tenants get the GPU as if alone; best-effort (BE) tenants use
+// what is left. Layers, each reaching kernels the next cannot (docs/scheduler.md):
+//   1. stream priorities: HP streams at the highest CUDA priority, BE at the lowest, so the
+//      hardware dispatches pending HP blocks first;
+//   2. a gate in front of every BE kernel (a stream wait on a host-mapped word): closed the
+//      moment HP work is submitted, opened once HP has been idle for the idle window, so BE
+//      kernels queued behind it do not start while HP runs;
+//   3. long BE kernels with PTX run as PTB variants told to retreat when the gate closes and
+//      resumed from their progress counter when it opens (or as slices, one gate per slice),
+//      configured from their measured duration to fit the turnaround budget.
+// Order is kept by the GPU itself: a BE stream waits after each PTB kernel until the kernel's
+// grid is complete (a finisher kernel writes a sequence word), so a tenant's later operations,
+// events and syncs see the kernel unfinished until its last resume ends.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "server/scheduler/decisions.h"
+#include "server/scheduler/policy.h"
+
+namespace tally::server::scheduler {
+
+// Host-pinned u32 words the GPU can read and write (gates, HP completion marks, PTB lane
+// words), handed out one by one.
+class MappedWords {
+ public:
+  bool allocate(size_t count, std::string& error);
+  ~MappedWords();
+  int take(uint32_t initial);  // -1 when all are in use
+  void give(int word);
+  uint32_t load(int word) const { return __atomic_load_n(&host_[word], __ATOMIC_ACQUIRE); }
+  void store(int word, uint32_t value) { __atomic_store_n(&host_[word], value, __ATOMIC_RELEASE); }
+  CUdeviceptr device(int word) const { return device_ + CUdeviceptr(word) * sizeof(uint32_t); }
+
+ private:
+  uint32_t* host_ = nullptr;
+  CUdeviceptr device_ = 0;
+  std::vector<bool> used_;
+};
+
+class PriorityPolicy final : public Policy {
+ public:
+  explicit PriorityPolicy(SchedulerConfig config);
+  ~PriorityPolicy() override;
+
+  const char* name() const override { return "priority"; }
+  std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const override;
+  CUresult launch(const KernelLaunch& k) override;
+  void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override;
+  void tenantEnding(uint64_t tenant) override;
+  void tenantReleased(uint64_t tenant) override;
+  std::string summary() const override;
+
+ private:
+  using StreamKey = std::pair<uint64_t, uint64_t>;  // (tenant, stream id)
+
+  // One PTB kernel launch until its grid is complete: what a resume needs.
+  struct PtbRun {
+    uint64_t seq = 0;
+    CUfunction ptb = nullptr;
+    gpu::LaunchShape shape;
+    std::vector<uint8_t> params;
+    std::vector<std::pair<uint32_t, uint32_t>> layout;
+    gpu::PtbWorkers workers;
+    std::atomic<uint64_t>* preemptions = nullptr;
+  };
+  // The PTB state of one BE stream.
+  struct Lane {
+    uint64_t tenant = 0;
+    CUdeviceptr progress = 0;  // device u64
+    int retreat = -1, done = -1, preempted = -1;  // mapped words
+    CUstream resume = nullptr;  // where resumed runs go (lowest priority)
+    PtbLaneBook book;
+    std::deque<PtbRun> runs;  // the book's pending launches, same order
+  };
+  struct Measurement {
+    std::string key;
+    CUevent start = nullptr, end = nullptr;
+  };
+  struct GpuState {
+    gpu::Gpu* gpu = nullptr;
+    MappedWords words;
+    HpActivity activity{0};
+    struct HpSlot {
+      int word = -1;
+      uint32_t issued = 0;
+    };
+    std::map<StreamKey, HpSlot> hpSlots;
+    std::map<uint64_t, int> gates;  // BE tenant -> gate word (1 open, 0 closed)
+    std::map<StreamKey, std::unique_ptr<Lane>> lanes;
+    std::vector<std::unique_ptr<Lane>> endedLanes;  // of ending tenants, freed once released
+    std::vector<Measurement> measuring;
+    std::vector<std::pair<CUevent, CUevent>> eventPool;
+  };
+
+  GpuState* stateFor(gpu::Gpu& g);  // created on first use; nullptr if it cannot be
+  int gateFor(GpuState& s, uint64_t tenant);
+  Lane* laneFor(GpuState& s, const KernelLaunch& k);
+  void closeGate(GpuState& s);
+  void openGate(GpuState& s);
+  CUresult launchHighPriority(const KernelLaunch& k);
+  CUresult launchBestEffort(const KernelLaunch& k);
+  CUresult enqueuePtb(GpuState& s, Lane& lane, const PtbRun& run, CUstream stream);
+  void markHpWork(GpuState& s, StreamKey key, CUstream stream);
+  void monitor();
+  void pollGpu(GpuState& s);
+  void saveProfiles();
+
+  const SchedulerConfig config_;
+  ChoiceKnobs knobs_;
+  mutable std::mutex mutex_;
+  std::map<gpu::Gpu*, std::unique_ptr<GpuState>> gpus_;
+  KernelProfiles profiles_;
+  std::atomic<bool> stopping_{false};
+  // Counters for summary().
+  uint64_t gateCloses_ = 0, resumes_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
+  std::thread monitor_;  // last: started once everything above is ready
+};
+
+}  // namespace tally::server::scheduler
