@@ -13,6 +13,10 @@ cp "$BUILD/client/libtally_client.so" "$OUTDIR/build/client/"
 ln -sf libtally_client.so "$OUTDIR/build/client/libcuda.so.1"
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {} "$OUTDIR/build/tests/gpu/" \;
 [[ -x $BUILD/bench/tally_microbench ]] && cp "$BUILD/bench/tally_microbench" "$OUTDIR/build/bench/"
+if [[ -d $BUILD/bench/isolation ]]; then
+  mkdir -p "$OUTDIR/build/bench/isolation"
+  cp "$BUILD"/bench/isolation/{hp_infer,be_train_ptx,be_train_sass} "$OUTDIR/build/bench/isolation/"
+fi
 cp "$BUILD/server/tallyctl" "$OUTDIR/build/server/"
 # The transform's GPU equivalence test and benchmark, with the corpus PTX it reads.
 mkdir -p "$OUTDIR/build/tests/transform/corpus"
