@@ -33,8 +33,8 @@
 
 namespace {
 
-constexpr int kDim = 768;    // activations kDim x kDim, weights kDim x kDim
-constexpr int kLayers = 8;   // 4 kernels per layer: 32 kernels per request
+constexpr int kDim = 1024;   // activations kDim x kDim, weights kDim x kDim
+constexpr int kLayers = 12;  // 4 kernels per layer: 48 kernels per request
 constexpr int kTile = 16;
 
 __global__ void gemm(const float* a, const float* b, float* c, int n) {

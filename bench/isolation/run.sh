@@ -114,7 +114,7 @@ tally_flags() {
 
 prepare() {  # system
   case $1 in
-    mps|mps-prio) stop_tallyd; start_mps ;;
+    mps|mps-prio) stop_tallyd; [[ $MPS_ON == 1 ]] || start_mps ;;
     tally-*) stop_mps; start_tallyd $(tally_flags "$1") ;;
     *) stop_tallyd; stop_mps ;;
   esac

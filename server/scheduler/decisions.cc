@@ -117,21 +117,10 @@ bool KernelProfiles::save(const std::string& path, std::string& error) const {
   return true;
 }
 
-uint64_t PtbLaneBook::add() {
-  pending_.push_back(next_);
-  return next_++;
-}
-
-std::vector<PtbLaneBook::Action> PtbLaneBook::observe(uint64_t done, uint64_t preempted, bool gateOpen) {
-  std::vector<Action> actions;
-  while (!pending_.empty() && done >= pending_.front()) {
-    actions.push_back({Action::kRetire, pending_.front()});
-    pending_.pop_front();
-  }
-  if (!pending_.empty() && gateOpen && preempted >= pending_.front()) {
-    actions.push_back({Action::kResume, pending_.front()});
-  }
-  return actions;
+PtbStep ptbNextStep(uint32_t done, uint32_t preempted, uint32_t seq, bool gateOpen) {
+  if (done == seq) return PtbStep::kFinished;
+  if (preempted == seq && gateOpen) return PtbStep::kResume;
+  return PtbStep::kWait;
 }
 
 }  // namespace tally::server::scheduler

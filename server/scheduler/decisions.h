@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -87,29 +86,11 @@ class KernelProfiles {
   std::map<std::string, Entry> entries_;
 };
 
-// The PTB launches of one BE stream that are not known to be finished, in stream order. Each
-// has a sequence number; a finisher kernel after every run writes it to `done` (the grid is
-// complete) or `preempted` (it stopped on a retreat), and the stream itself waits for
-// done >= seq before its next operation.
-class PtbLaneBook {
- public:
-  struct Action {
-    enum Kind { kRetire, kResume } kind;
-    uint64_t seq;
-  };
-
-  uint64_t add();  // a new launch; returns its sequence number
-  // Given the words the GPU wrote and whether BE may run: retire finished launches (front
-  // first) and resume the front one if it was preempted and the gate is open. The caller lowers
-  // `preempted` below seq before relaunching, so a launch is resumed once per stop.
-  std::vector<Action> observe(uint64_t done, uint64_t preempted, bool gateOpen);
-  bool empty() const { return pending_.empty(); }
-  size_t size() const { return pending_.size(); }
-  uint64_t lastSeq() const { return next_ - 1; }
-
- private:
-  std::deque<uint64_t> pending_;
-  uint64_t next_ = 1;
-};
+// What a tenant's thread does next with the PTB launch it waits for: its finisher kernel wrote
+// `seq` to `done` (grid complete) or to `preempted` (stopped on a retreat). The caller lowers
+// `preempted` below seq before each resume, so a launch is resumed once per stop, and only
+// while best-effort work may run.
+enum class PtbStep { kFinished, kResume, kWait };
+PtbStep ptbNextStep(uint32_t done, uint32_t preempted, uint32_t seq, bool gateOpen);
 
 }  // namespace tally::server::scheduler

@@ -13,6 +13,8 @@ namespace {
 
 constexpr size_t kWordsPerGpu = 16384;
 constexpr auto kMonitorPeriod = std::chrono::microseconds(10);
+constexpr auto kWaitPeriod = std::chrono::microseconds(10);  // a BE thread's polling while held
+constexpr size_t kMaxInFlight = 2;  // BE kernels of one tenant on the GPU at once
 
 Nanos now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -34,12 +36,6 @@ uint64_t waveBlocks(CUfunction f, const gpu::Gpu& g, const gpu::LaunchShape& sha
     return 0;
   }
   return uint64_t(std::max(perSm, 0)) * g.multiprocessors();
-}
-
-std::vector<void*> pointersInto(std::vector<uint8_t>& bytes, const std::vector<std::pair<uint32_t, uint32_t>>& layout) {
-  std::vector<void*> pointers;
-  for (auto [offset, size] : layout) pointers.push_back(bytes.data() + offset);
-  return pointers;
 }
 
 }  // namespace
@@ -139,24 +135,15 @@ PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
   return gpus_.emplace(&g, std::move(s)).first->second.get();
 }
 
-int PriorityPolicy::gateFor(GpuState& s, uint64_t tenant) {
-  auto it = s.gates.find(tenant);
-  if (it != s.gates.end()) return it->second;
-  int word = s.words.take(s.activity.gateOpen() ? 1 : 0);
-  if (word >= 0) s.gates.emplace(tenant, word);
-  return word;
-}
-
 void PriorityPolicy::closeGate(GpuState& s) {
   ++gateCloses_;
-  for (auto& [tenant, word] : s.gates) s.words.store(word, 0);
-  for (auto& [key, lane] : s.lanes) s.words.store(lane->retreat, 1);
+  s.gateOpen = false;
+  for (auto& [tenant, lane] : s.lanes) s.words.store(lane->retreat, 1);
 }
 
 void PriorityPolicy::openGate(GpuState& s) {
-  // Flags first: a PTB kernel the gate lets through must not see a stale retreat.
-  for (auto& [key, lane] : s.lanes) s.words.store(lane->retreat, 0);
-  for (auto& [tenant, word] : s.gates) s.words.store(word, 1);
+  for (auto& [tenant, lane] : s.lanes) s.words.store(lane->retreat, 0);
+  s.gateOpen = true;
 }
 
 // ---- high priority -----------------------------------------------------------------------------
@@ -168,7 +155,7 @@ void PriorityPolicy::markHpWork(GpuState& s, StreamKey key, CUstream stream) {
   int word = -1;
   {
     std::lock_guard lock(mutex_);
-    if (s.activity.submitted(now()) && config_.gate) closeGate(s);
+    if (s.activity.submitted(now())) closeGate(s);
     auto [it, inserted] = s.hpSlots.try_emplace(key);
     if (inserted) it->second.word = s.words.take(0);
     word = it->second.word;
@@ -184,7 +171,7 @@ CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
   {
     std::lock_guard lock(mutex_);
     s = stateFor(*k.gpu);
-    if (s != nullptr && s->activity.submitted(now()) && config_.gate) closeGate(*s);
+    if (s != nullptr && s->activity.submitted(now())) closeGate(*s);
   }
   std::vector<void*> params = parameterPointers(k);
   CUresult r = cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
@@ -206,37 +193,93 @@ void PriorityPolicy::afterWork(uint64_t tenant, bool highPriority, uint64_t stre
 // ---- best effort -------------------------------------------------------------------------------
 
 PriorityPolicy::Lane* PriorityPolicy::laneFor(GpuState& s, const KernelLaunch& k) {
-  auto& slot = s.lanes[{k.tenant, k.streamId}];
+  auto& slot = s.lanes[k.tenant];
   if (slot) return slot.get();
   auto lane = std::make_unique<Lane>();
   lane->tenant = k.tenant;
   k.gpu->makeCurrent();
-  bool ok = cuMemAlloc(&lane->progress, sizeof(uint64_t)) == CUDA_SUCCESS &&
-            cuStreamCreateWithPriority(&lane->resume, CU_STREAM_NON_BLOCKING,
-                                       k.gpu->description().streamPriorityLeast) == CUDA_SUCCESS;
-  lane->retreat = s.words.take(s.activity.gateOpen() ? 0 : 1);
+  bool ok = cuMemAlloc(&lane->progress, sizeof(uint64_t)) == CUDA_SUCCESS;
+  lane->retreat = s.words.take(s.gateOpen ? 0 : 1);
   lane->done = s.words.take(0);
   lane->preempted = s.words.take(0);
   if (!ok || lane->retreat < 0 || lane->done < 0 || lane->preempted < 0) {
     s.endedLanes.push_back(std::move(lane));  // freed with the tenant
-    s.lanes.erase({k.tenant, k.streamId});
+    s.lanes.erase(k.tenant);
     return nullptr;
   }
   slot = std::move(lane);
   return slot.get();
 }
 
-CUresult PriorityPolicy::enqueuePtb(GpuState& s, Lane& lane, const PtbRun& run, CUstream stream) {
-  std::vector<uint8_t> params = run.params;
-  std::vector<void*> pointers = pointersInto(params, run.layout);
-  gpu::PtbControl control{lane.progress, s.words.device(lane.retreat)};
-  if (CUresult r = gpu::launchPtb(run.ptb, run.shape, stream, {pointers.data(), pointers.size()}, run.workers, control);
-      r != CUDA_SUCCESS) {
-    return r;
+void PriorityPolicy::waitTurn(GpuState& s, Lane& lane) {
+  while (config_.gate && !s.gateOpen.load(std::memory_order_acquire) && !stopping_) {
+    std::this_thread::sleep_for(kWaitPeriod);
   }
-  const gpu::PtbHelpers* helpers = s.gpu->ptbHelpers();
-  return helpers->launchFinished(stream, lane.progress, run.shape.blocks(), static_cast<uint32_t>(run.seq),
-                                 s.words.device(lane.done), s.words.device(lane.preempted));
+  while (lane.inFlight.size() >= (config_.gate ? kMaxInFlight : SIZE_MAX) && !stopping_) {
+    CUresult r = cuEventQuery(lane.inFlight.front());
+    if (r == CUDA_ERROR_NOT_READY) {
+      std::this_thread::sleep_for(kWaitPeriod);
+      continue;
+    }
+    lane.spareEvents.push_back(lane.inFlight.front());
+    lane.inFlight.pop_front();
+  }
+}
+
+void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
+  if (!config_.gate) return;
+  CUevent event = nullptr;
+  if (!lane.spareEvents.empty()) {
+    event = lane.spareEvents.back();
+    lane.spareEvents.pop_back();
+  } else if (cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return;
+  }
+  if (cuEventRecord(event, stream) == CUDA_SUCCESS) {
+    lane.inFlight.push_back(event);
+  } else {
+    lane.spareEvents.push_back(event);
+  }
+}
+
+CUresult PriorityPolicy::enqueuePtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params,
+                                    gpu::PtbWorkers workers) {
+  gpu::PtbControl control{lane.progress, s.words.device(lane.retreat)};
+  if (CUresult r = gpu::launchPtb(k.ptb, k.shape, k.stream, params, workers, control); r != CUDA_SUCCESS) return r;
+  return s.gpu->ptbHelpers()->launchFinished(k.stream, lane.progress, k.shape.blocks(), lane.seq,
+                                              s.words.device(lane.done), s.words.device(lane.preempted));
+}
+
+// Runs a PTB kernel to the end of its grid: launched once, resumed on the same stream after
+// every retreat once HP is idle again. The tenant's thread waits here, so nothing of this
+// tenant is queued behind an unfinished kernel.
+CUresult PriorityPolicy::runPtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params,
+                                gpu::PtbWorkers workers) {
+  ++lane.seq;
+  if (CUresult r = cuMemsetD32Async(lane.progress, 0, 2, k.stream); r != CUDA_SUCCESS) return r;
+  if (CUresult r = enqueuePtb(s, lane, k, params, workers); r != CUDA_SUCCESS) return r;
+  while (!stopping_) {
+    switch (ptbNextStep(s.words.load(lane.done), s.words.load(lane.preempted), lane.seq, s.gateOpen.load())) {
+      case PtbStep::kFinished:
+        return CUDA_SUCCESS;
+      case PtbStep::kResume: {
+        s.words.store(lane.preempted, lane.seq - 1);
+        if (k.preemptions != nullptr) k.preemptions->fetch_add(1, std::memory_order_relaxed);
+        {
+          std::lock_guard lock(mutex_);
+          ++resumes_;
+        }
+        if (CUresult r = enqueuePtb(s, lane, k, params, workers); r != CUDA_SUCCESS) return r;
+        break;
+      }
+      case PtbStep::kWait:
+        // A failed kernel never writes its word: stop waiting when the stream reports the error.
+        if (CUresult r = cuStreamQuery(k.stream); r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return r;
+        std::this_thread::sleep_for(kWaitPeriod);
+        break;
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
@@ -244,15 +287,13 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
   gpu::KernelParams kernelParams{params.data(), params.size()};
   std::string key = shapeKey(k);
   GpuState* s = nullptr;
-  int gate = -1;
-  LaunchChoice choice;
   Lane* lane = nullptr;
-  PtbRun run;
+  LaunchChoice choice;
   {
     std::lock_guard lock(mutex_);
     s = stateFor(*k.gpu);
-    if (s != nullptr) {
-      gate = config_.gate ? gateFor(*s, k.tenant) : -1;
+    if (s != nullptr) lane = laneFor(*s, k);
+    if (lane != nullptr) {
       KernelFacts facts;
       facts.blocks = k.shape.blocks();
       facts.originalMicros = profiles_.micros(key);
@@ -261,53 +302,33 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       facts.waveBlocks = waveBlocks(k.ptb, *k.gpu, k.shape);
       facts.hasPtb = facts.waveBlocks > 0 && k.gpu->ptbHelpers() != nullptr;
       choice = chooseLaunch(facts, knobs_);
-      if (choice.kind == VariantKind::kPtb) lane = laneFor(*s, k);
-      if (choice.kind == VariantKind::kPtb && lane == nullptr) choice.kind = VariantKind::kOriginal;
-      if (lane != nullptr && choice.kind == VariantKind::kPtb) {
-        run.seq = lane->book.add();
-        run.ptb = k.ptb;
-        run.shape = k.shape;
-        run.params.assign(k.paramBuffer.begin(), k.paramBuffer.end());
-        run.layout = *k.paramLayout;
-        run.workers = {choice.workers, choice.chunk};
-        run.preemptions = k.preemptions;
-        lane->runs.push_back(run);
-      }
       ++(choice.kind == VariantKind::kOriginal ? beOriginal_ : choice.kind == VariantKind::kSliced ? beSliced_ : bePtb_);
     }
   }
-  auto waitGate = [&] {
-    return gate < 0 ? CUDA_SUCCESS : cuStreamWaitValue32(k.stream, s->words.device(gate), 1, CU_STREAM_WAIT_VALUE_EQ);
-  };
-  if (s == nullptr) return PassthroughPolicy().launch(k);
-  if (CUresult r = waitGate(); r != CUDA_SUCCESS) return r;
+  if (lane == nullptr) return PassthroughPolicy().launch(k);
   switch (choice.kind) {
     case VariantKind::kSliced: {
       if (k.slicedLaunches != nullptr) k.slicedLaunches->fetch_add(1, std::memory_order_relaxed);
       const uint64_t total = k.shape.blocks(), per = gpu::sliceSize(total, choice.slices);
       for (uint64_t offset = 0; offset < total; offset += per) {
-        if (offset > 0) {
-          if (CUresult r = waitGate(); r != CUDA_SUCCESS) return r;  // HP work may come between slices
-        }
+        waitTurn(*s, *lane);  // HP work may come between slices
         auto count = static_cast<uint32_t>(std::min(per, total - offset));
         if (CUresult r = gpu::launchSliceRange(k.sliced, k.shape, k.stream, kernelParams, offset, count);
             r != CUDA_SUCCESS) {
           return r;
         }
+        markInFlight(*lane, k.stream);
       }
       return CUDA_SUCCESS;
     }
-    case VariantKind::kPtb: {
+    case VariantKind::kPtb:
       if (k.ptbLaunches != nullptr) k.ptbLaunches->fetch_add(1, std::memory_order_relaxed);
-      if (CUresult r = cuMemsetD32Async(lane->progress, 0, 2, k.stream); r != CUDA_SUCCESS) return r;
-      if (CUresult r = enqueuePtb(*s, *lane, run, k.stream); r != CUDA_SUCCESS) return r;
-      // The stream goes on only once the grid is complete, whatever resumes that takes.
-      return cuStreamWaitValue32(k.stream, s->words.device(lane->done), static_cast<uint32_t>(run.seq),
-                                 CU_STREAM_WAIT_VALUE_GEQ);
-    }
+      waitTurn(*s, *lane);
+      return runPtb(*s, *lane, k, kernelParams, {choice.workers, choice.chunk});
     case VariantKind::kOriginal:
       break;
   }
+  waitTurn(*s, *lane);
   Measurement m;
   if (choice.measure) {
     std::lock_guard lock(mutex_);
@@ -322,6 +343,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
   if (m.start != nullptr) cuEventRecord(m.start, k.stream);
   CUresult r = cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
                               k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params.data(), nullptr);
+  markInFlight(*lane, k.stream);
   if (m.start != nullptr) {
     cuEventRecord(m.end, k.stream);
     m.key = std::move(key);
@@ -341,24 +363,6 @@ void PriorityPolicy::pollGpu(GpuState& s) {
   bool hpBusy = false;
   for (auto& [key, slot] : s.hpSlots) hpBusy = hpBusy || s.words.load(slot.word) != slot.issued;
   if (s.activity.observe(now(), hpBusy)) openGate(s);
-  for (auto& [key, lane] : s.lanes) {
-    for (auto action : lane->book.observe(s.words.load(lane->done), s.words.load(lane->preempted),
-                                          s.activity.gateOpen())) {
-      if (action.kind == PtbLaneBook::Action::kRetire) {
-        lane->runs.pop_front();
-        continue;
-      }
-      PtbRun& run = lane->runs.front();
-      s.words.store(lane->preempted, static_cast<uint32_t>(run.seq - 1));
-      ++resumes_;
-      if (run.preemptions != nullptr) run.preemptions->fetch_add(1, std::memory_order_relaxed);
-      if (CUresult r = enqueuePtb(s, *lane, run, lane->resume); r != CUDA_SUCCESS) {
-        spdlog::error("scheduler: cannot resume a PTB kernel of tenant {}: CUresult {}; releasing its stream",
-                      lane->tenant, static_cast<int>(r));
-        s.words.store(lane->done, static_cast<uint32_t>(run.seq));
-      }
-    }
-  }
   for (size_t i = 0; i < s.measuring.size();) {
     Measurement& m = s.measuring[i];
     if (cuEventQuery(m.end) != CUDA_SUCCESS) {
@@ -396,21 +400,14 @@ void PriorityPolicy::monitor() {
 // ---- tenants ending ----------------------------------------------------------------------------
 
 void PriorityPolicy::tenantEnding(uint64_t tenant) {
+  // The tenant's thread is out of launch() by now, so nothing of it waits on the policy; its
+  // lane goes aside until its streams are drained.
   std::lock_guard lock(mutex_);
   for (auto& [g, s] : gpus_) {
-    if (auto it = s->gates.find(tenant); it != s->gates.end()) s->words.store(it->second, 1);
-    for (auto it = s->lanes.begin(); it != s->lanes.end();) {
-      if (it->second->tenant != tenant) {
-        ++it;
-        continue;
-      }
-      // Stop its running PTB kernel and let its stream past every wait: the work is abandoned.
-      Lane& lane = *it->second;
-      s->words.store(lane.retreat, 1);
-      s->words.store(lane.done, static_cast<uint32_t>(lane.book.lastSeq()));
-      s->endedLanes.push_back(std::move(it->second));
-      it = s->lanes.erase(it);
-    }
+    auto it = s->lanes.find(tenant);
+    if (it == s->lanes.end()) continue;
+    s->endedLanes.push_back(std::move(it->second));
+    s->lanes.erase(it);
   }
 }
 
@@ -418,10 +415,6 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
   std::lock_guard lock(mutex_);
   for (auto& [g, s] : gpus_) {
     g->makeCurrent();
-    if (auto it = s->gates.find(tenant); it != s->gates.end()) {
-      s->words.give(it->second);
-      s->gates.erase(it);
-    }
     for (auto it = s->hpSlots.begin(); it != s->hpSlots.end();) {
       if (it->first.first != tenant) {
         ++it;
@@ -436,10 +429,8 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
         ++it;
         continue;
       }
-      if (lane.resume != nullptr) {
-        cuStreamSynchronize(lane.resume);
-        cuStreamDestroy(lane.resume);
-      }
+      for (CUevent e : lane.inFlight) cuEventDestroy(e);
+      for (CUevent e : lane.spareEvents) cuEventDestroy(e);
       if (lane.progress != 0) cuMemFree(lane.progress);
       for (int word : {lane.retreat, lane.done, lane.preempted}) s->words.give(word);
       it = s->endedLanes.erase(it);

@@ -2,15 +2,16 @@
 // what is left. Layers, each reaching kernels the next cannot (docs/scheduler.md):
 //   1. stream priorities: HP streams at the highest CUDA priority, BE at the lowest, so the
 //      hardware dispatches pending HP blocks first;
-//   2. a gate in front of every BE kernel (a stream wait on a host-mapped word): closed the
-//      moment HP work is submitted, opened once HP has been idle for the idle window, so BE
-//      kernels queued behind it do not start while HP runs;
-//   3. long BE kernels with PTX run as PTB variants told to retreat when the gate closes and
-//      resumed from their progress counter when it opens (or as slices, one gate per slice),
-//      configured from their measured duration to fit the turnaround budget.
-// Order is kept by the GPU itself: a BE stream waits after each PTB kernel until the kernel's
-// grid is complete (a finisher kernel writes a sequence word), so a tenant's later operations,
-// events and syncs see the kernel unfinished until its last resume ends.
+//   2. a gate on BE launches: a BE tenant's thread queues a kernel only while HP has been idle
+//      for the idle window and at most `kMaxInFlight` of its kernels are still on the GPU, so
+//      little BE work is queued when HP work arrives. The gate is on the host: a GPU-side wait
+//      (cuStreamWaitValue32) can stall an HP stream that shares its hardware queue, and HP is
+//      what would open it;
+//   3. long BE kernels with PTX run as PTB variants, told to retreat the moment HP work is
+//      submitted and resumed from their progress counter once HP is idle again (or as slices,
+//      one gate per slice), configured from their measured duration to fit the turnaround budget.
+// Order is exact: a BE tenant's thread waits for its PTB kernel's grid to be complete (a
+// finisher kernel reports it), resuming it on the same stream, before it queues anything else.
 #pragma once
 
 #include <atomic>
@@ -59,24 +60,15 @@ class PriorityPolicy final : public Policy {
  private:
   using StreamKey = std::pair<uint64_t, uint64_t>;  // (tenant, stream id)
 
-  // One PTB kernel launch until its grid is complete: what a resume needs.
-  struct PtbRun {
-    uint64_t seq = 0;
-    CUfunction ptb = nullptr;
-    gpu::LaunchShape shape;
-    std::vector<uint8_t> params;
-    std::vector<std::pair<uint32_t, uint32_t>> layout;
-    gpu::PtbWorkers workers;
-    std::atomic<uint64_t>* preemptions = nullptr;
-  };
-  // The PTB state of one BE stream.
+  // A BE tenant's state on one GPU: its PTB progress counter and words, and its kernels still on
+  // the GPU (an event after each). Only the tenant's own thread launches through it.
   struct Lane {
     uint64_t tenant = 0;
     CUdeviceptr progress = 0;  // device u64
     int retreat = -1, done = -1, preempted = -1;  // mapped words
-    CUstream resume = nullptr;  // where resumed runs go (lowest priority)
-    PtbLaneBook book;
-    std::deque<PtbRun> runs;  // the book's pending launches, same order
+    uint32_t seq = 0;
+    std::deque<CUevent> inFlight;
+    std::vector<CUevent> spareEvents;
   };
   struct Measurement {
     std::string key;
@@ -86,26 +78,30 @@ class PriorityPolicy final : public Policy {
     gpu::Gpu* gpu = nullptr;
     MappedWords words;
     HpActivity activity{0};
+    std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
     struct HpSlot {
       int word = -1;
       uint32_t issued = 0;
     };
     std::map<StreamKey, HpSlot> hpSlots;
-    std::map<uint64_t, int> gates;  // BE tenant -> gate word (1 open, 0 closed)
-    std::map<StreamKey, std::unique_ptr<Lane>> lanes;
-    std::vector<std::unique_ptr<Lane>> endedLanes;  // of ending tenants, freed once released
+    std::map<uint64_t, std::unique_ptr<Lane>> lanes;  // by BE tenant
+    std::vector<std::unique_ptr<Lane>> endedLanes;    // of ending tenants, freed once released
     std::vector<Measurement> measuring;
     std::vector<std::pair<CUevent, CUevent>> eventPool;
   };
 
   GpuState* stateFor(gpu::Gpu& g);  // created on first use; nullptr if it cannot be
-  int gateFor(GpuState& s, uint64_t tenant);
   Lane* laneFor(GpuState& s, const KernelLaunch& k);
   void closeGate(GpuState& s);
   void openGate(GpuState& s);
   CUresult launchHighPriority(const KernelLaunch& k);
   CUresult launchBestEffort(const KernelLaunch& k);
-  CUresult enqueuePtb(GpuState& s, Lane& lane, const PtbRun& run, CUstream stream);
+  // Waits until this BE tenant may queue a kernel (gate open, few of its kernels on the GPU).
+  void waitTurn(GpuState& s, Lane& lane);
+  void markInFlight(Lane& lane, CUstream stream);
+  CUresult enqueuePtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params,
+                      gpu::PtbWorkers workers);
+  CUresult runPtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params, gpu::PtbWorkers workers);
   void markHpWork(GpuState& s, StreamKey key, CUstream stream);
   void monitor();
   void pollGpu(GpuState& s);

@@ -125,32 +125,21 @@ TEST(KernelProfiles, MeanPersistsAndBadFilesAreRefused) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(PtbLaneBook, RetiresInOrderAndResumesOnlyTheFrontWhenTheGateIsOpen) {
-  PtbLaneBook b;
-  EXPECT_EQ(b.add(), 1u);
-  EXPECT_EQ(b.add(), 2u);
-  EXPECT_TRUE(b.observe(0, 0, true).empty());
-  auto a = b.observe(0, 1, false);  // run 1 stopped, but HP is busy
-  EXPECT_TRUE(a.empty());
-  a = b.observe(0, 1, true);
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].kind, PtbLaneBook::Action::kResume);
-  EXPECT_EQ(a[0].seq, 1u);
-  a = b.observe(1, 0, true);  // run 1 done (caller lowered `preempted`)
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].kind, PtbLaneBook::Action::kRetire);
-  a = b.observe(2, 0, true);
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].seq, 2u);
-  EXPECT_TRUE(b.empty());
+TEST(PtbNextStep, FinishesResumesOnlyWhenTheGateIsOpenOrWaits) {
+  EXPECT_EQ(ptbNextStep(7, 6, 7, false), PtbStep::kFinished);
+  EXPECT_EQ(ptbNextStep(6, 7, 7, false), PtbStep::kWait);  // stopped, HP busy
+  EXPECT_EQ(ptbNextStep(6, 7, 7, true), PtbStep::kResume);
+  EXPECT_EQ(ptbNextStep(6, 6, 7, true), PtbStep::kWait);   // running (preempted lowered before resuming)
+  EXPECT_EQ(ptbNextStep(0xffffffffu, 0xffffffffu, 0, true), PtbStep::kWait);  // sequence numbers wrap
+  EXPECT_EQ(ptbNextStep(0, 0xfffffffeu, 0, true), PtbStep::kFinished);
 }
 
 // ---- a simulated device ------------------------------------------------------------------------
 //
-// One BE stream running PTB kernels as the policy sets them up (each stream op in order: run,
-// finisher, wait for done >= seq), an HP tenant submitting work at given times, and the
-// monitor's decisions every microsecond. Blocks take a fixed time; a worker claims `chunk`
-// blocks at a time and checks the retreat flag between chunks.
+// A BE tenant's thread running PTB kernels the way the policy does (launch, then wait for the
+// finisher's word, resuming after each retreat once HP is idle), an HP tenant submitting work at
+// given times, and the monitor's decisions every microsecond. Blocks take a fixed time; each of
+// `workers` workers claims `chunk` blocks at a time and checks the retreat flag between chunks.
 struct SimKernel {
   uint64_t blocks;
   double blockMicros;
@@ -158,119 +147,127 @@ struct SimKernel {
 
 struct Sim {
   HpActivity activity{100 * kUs};
-  PtbLaneBook book;
-  uint64_t workers = 0;
+  std::vector<std::pair<Nanos, Nanos>> hp;  // (submitted, length)
+  std::vector<SimKernel> kernels;
+  uint64_t workers = 1000;
   uint32_t chunk = 1;
-  // device state
+  Nanos disconnectAt = -1;  // the client goes away (its thread notices after its current launch)
+
+  // device
   uint32_t done = 0, preempted = 0;
   bool retreat = false;
-  uint64_t progress = 0;        // claimed blocks of the running kernel
-  std::vector<SimKernel> queue;  // BE kernels in stream order
-  size_t current = 0;
+  uint64_t progress = 0;
   bool running = false;
-  Nanos runEnd = 0;             // when the workers in flight finish their chunks
-  uint64_t blocksRun = 0;       // across kernels: each block exactly once
-  std::vector<uint64_t> completedOrder;
-  Nanos lastHpEnd = 0;
-  bool hpBusy = false;
-  uint64_t resumes = 0;
-  Nanos worstRetreat = 0;
-  Nanos retreatRaisedAt = -1;
+  Nanos chunkEnd = 0;
+  // the BE thread
+  size_t current = 0;
+  uint32_t seq = 0;
+  bool waitingForGate = true;
+  // observations
+  uint64_t blocksRun = 0, resumes = 0;
+  std::vector<size_t> completed;
+  Nanos worstRetreat = 0, retreatRaisedAt = 0, releasedAt = -1;
+  bool resumedWhileHpBusy = false;
 
-  // Runs the workers until the grid is done or the retreat flag stops them. Blocks run in
-  // waves of `workers`; the flag is checked each `chunk` blocks.
-  void startRun(Nanos now) {
-    running = true;
-    runEnd = now;
-  }
-  void advanceRun(Nanos now) {
-    const SimKernel& k = queue[current];
-    while (running && runEnd <= now) {
-      if (progress >= k.blocks) {  // finisher: complete
+  void deviceStep(Nanos now) {
+    const SimKernel& k = kernels[current];
+    while (running && chunkEnd <= now) {
+      if (progress >= k.blocks) {  // the finisher: grid complete
         running = false;
-        done = static_cast<uint32_t>(current + 1);
-        completedOrder.push_back(current + 1);
-        break;
-      }
-      if (retreat) {  // every worker found the flag at its chunk boundary
+        done = seq;
+      } else if (retreat) {  // every worker saw the flag at its chunk boundary
         running = false;
-        preempted = static_cast<uint32_t>(current + 1);
+        preempted = seq;
         worstRetreat = std::max(worstRetreat, now - retreatRaisedAt);
+      } else {
+        uint64_t take = std::min<uint64_t>(k.blocks - progress, workers * chunk);
+        progress += take;
+        blocksRun += take;
+        chunkEnd += static_cast<Nanos>(k.blockMicros * kUs * chunk);
+      }
+    }
+  }
+
+  void run(Nanos limit) {
+    Nanos hpEnd = 0;
+    for (Nanos t = 0; t < limit && releasedAt < 0; t += kUs) {
+      for (auto [start, length] : hp) {
+        if (t != start) continue;
+        if (activity.submitted(t)) {  // the policy closes the gate and raises every retreat
+          retreat = true;
+          retreatRaisedAt = t;
+        }
+        hpEnd = std::max(hpEnd, t + length);
+      }
+      const bool hpBusy = t < hpEnd;
+      if (activity.observe(t, hpBusy)) retreat = false;  // the monitor opens the gate
+      deviceStep(t);
+      if (current == kernels.size() || (disconnectAt >= 0 && t >= disconnectAt && waitingForGate)) {
+        releasedAt = t;  // the thread is between launches: the tenant is released now
         break;
       }
-      uint64_t take = std::min<uint64_t>(k.blocks - progress, workers * chunk);
-      progress += take;
-      blocksRun += take;
-      runEnd += static_cast<Nanos>(k.blockMicros * kUs * chunk);
+      if (waitingForGate) {
+        if (!activity.gateOpen()) continue;
+        waitingForGate = false;
+        ++seq;
+        progress = 0;
+        running = true;
+        chunkEnd = t;
+        continue;
+      }
+      switch (ptbNextStep(done, preempted, seq, activity.gateOpen())) {
+        case PtbStep::kFinished:
+          completed.push_back(current++);
+          waitingForGate = true;
+          break;
+        case PtbStep::kResume:
+          resumedWhileHpBusy = resumedWhileHpBusy || hpBusy;
+          preempted = seq - 1;
+          ++resumes;
+          running = true;
+          chunkEnd = t;
+          break;
+        case PtbStep::kWait:
+          break;
+      }
     }
   }
 };
 
 TEST(SimulatedDevice, PreemptedKernelsResumeAndFinishExactlyOnceInOrder) {
   Sim sim;
+  sim.kernels = {{200000, 40}, {50000, 40}};  // 8 ms and 2 ms alone, 40 µs blocks
+  KernelFacts facts{200000, 1000, true, true, 200000 / 1000 * 40.0, 10};
   ChoiceKnobs knobs;
   knobs.budgetMicros = 100;
-  sim.queue = {{200000, 40}, {50000, 40}};  // two BE kernels (8 ms and 2 ms alone), 40 µs blocks
-  sim.workers = 1000;
-  KernelFacts facts{200000, 1000, true, true, 200000 / 1000 * 40.0, 10};
   LaunchChoice c = chooseLaunch(facts, knobs);
   ASSERT_EQ(c.kind, VariantKind::kPtb);
-  sim.chunk = c.chunk;  // 100 µs budget / 40 µs blocks -> 2
-  EXPECT_EQ(sim.chunk, 2u);
-  sim.book.add();
-  sim.book.add();
-  sim.startRun(0);
+  EXPECT_EQ(c.chunk, 2u);  // 100 µs budget / 40 µs blocks
+  sim.chunk = c.chunk;
   // HP requests of 300 µs at 1 ms, 3 ms, 3.2 ms (overlapping) and 9.5 ms (the second kernel).
-  const std::vector<std::pair<Nanos, Nanos>> hp = {{1000 * kUs, 300 * kUs}, {3000 * kUs, 300 * kUs},
-                                                   {3200 * kUs, 300 * kUs}, {9500 * kUs, 300 * kUs}};
-  for (Nanos t = 0; t < 100000 * kUs && sim.completedOrder.size() < 2; t += kUs) {
-    for (auto [start, length] : hp) {
-      if (t == start) {
-        if (sim.activity.submitted(t)) {
-          sim.retreat = true;
-          sim.retreatRaisedAt = t;
-        }
-        sim.lastHpEnd = std::max(sim.lastHpEnd, t + length);
-      }
-    }
-    sim.hpBusy = t < sim.lastHpEnd;
-    if (sim.running) sim.advanceRun(t);
-    // The stream moves to the next kernel once `done` covers the current one.
-    if (!sim.running && sim.done == sim.current + 1 && sim.current + 1 < sim.queue.size() && sim.activity.gateOpen()) {
-      ++sim.current;
-      sim.progress = 0;
-      sim.startRun(t);
-    }
-    if (sim.activity.observe(t, sim.hpBusy)) sim.retreat = false;
-    for (auto a : sim.book.observe(sim.done, sim.preempted, sim.activity.gateOpen())) {
-      if (a.kind == PtbLaneBook::Action::kResume) {
-        EXPECT_FALSE(sim.hpBusy) << "resumed while HP runs, at " << t;
-        sim.preempted = static_cast<uint32_t>(a.seq - 1);
-        ++sim.resumes;
-        sim.startRun(t);
-      }
-    }
-  }
-  EXPECT_EQ(sim.completedOrder, (std::vector<uint64_t>{1, 2}));
+  sim.hp = {{1000 * kUs, 300 * kUs}, {3000 * kUs, 300 * kUs}, {3200 * kUs, 300 * kUs}, {9500 * kUs, 300 * kUs}};
+  sim.run(100000 * kUs);
+  EXPECT_EQ(sim.completed, (std::vector<size_t>{0, 1}));  // in order
   EXPECT_EQ(sim.blocksRun, 250000u);  // every block once, none lost to a retreat
-  EXPECT_EQ(sim.resumes, 3u);          // 1 ms, 3 ms (3.2 ms lands in the same HP busy period), 9.5 ms
-  // A retreat waits for at most the chunk in flight: 2 x 40 µs.
-  EXPECT_LE(sim.worstRetreat, 80 * kUs);
-  EXPECT_TRUE(sim.book.empty());
+  EXPECT_EQ(sim.resumes, 3u);          // 1 ms, 3 ms (3.2 ms lands in the same busy period), 9.5 ms
+  EXPECT_FALSE(sim.resumedWhileHpBusy);
+  EXPECT_LE(sim.worstRetreat, 80 * kUs);  // a retreat waits for at most the chunk in flight
 }
 
-TEST(SimulatedDevice, DisconnectMidPreemptionReleasesTheStream) {
-  // The tenant ends while its kernel is preempted: the policy writes done = last sequence
-  // number, which retires every pending launch, so the stream's waits all pass.
-  PtbLaneBook b;
-  b.add();
-  b.add();
-  b.add();
-  EXPECT_TRUE(b.observe(0, 1, false).empty());  // run 1 stopped, HP busy
-  auto a = b.observe(b.lastSeq(), 1, false);
-  ASSERT_EQ(a.size(), 3u);
-  for (auto& x : a) EXPECT_EQ(x.kind, PtbLaneBook::Action::kRetire);
-  EXPECT_TRUE(b.empty());
+TEST(SimulatedDevice, DisconnectMidPreemptionFinishesTheKernelThenReleases) {
+  // The client goes away while its kernel is stopped for HP: its thread resumes and completes
+  // the kernel once HP is idle (the stream must drain before the tenant's memory is freed), and
+  // only then is the tenant released; nothing else of it runs.
+  Sim sim;
+  sim.kernels = {{200000, 40}, {50000, 40}};
+  sim.chunk = 2;
+  sim.hp = {{1000 * kUs, 2000 * kUs}};
+  sim.disconnectAt = 1500 * kUs;  // mid-preemption
+  sim.run(100000 * kUs);
+  EXPECT_EQ(sim.completed, (std::vector<size_t>{0}));
+  EXPECT_EQ(sim.blocksRun, 200000u);
+  EXPECT_EQ(sim.resumes, 1u);
+  EXPECT_GE(sim.releasedAt, 3000 * kUs + 100 * kUs);  // after HP ended and the idle window passed
 }
 
 }  // namespace
