@@ -161,6 +161,10 @@ for repeat in $(seq 1 "$REPEATS"); do
   prepare native
   hp=$("$BIN/hp_infer" --rate "$RATE" --seconds "$SECONDS_PER_RUN" --seed "$repeat")
   record "$repeat" none hp-alone "$RHO" "$hp" null
+  # HP alone through tallyd: what remoting costs it, apart from any co-location.
+  prepare tally-priority
+  hp=$(env $(client_env tally-priority hp) "$BIN/hp_infer" --rate "$RATE" --seconds "$SECONDS_PER_RUN" --seed "$repeat")
+  record "$repeat" none tally-hp-alone "$RHO" "$hp" null
   for build in ptx sass; do
     be=$("$BIN/be_train_$build" --seconds "$SECONDS_PER_RUN")
     record "$repeat" "$build" be-alone "$RHO" null "$be"

@@ -38,6 +38,14 @@ LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
     return c;
   }
   const double duration = *f.originalMicros;
+  if (f.originalWaveBlocks > 0) {
+    double blockMicros = duration / std::max(1.0, double(f.blocks) / double(f.originalWaveBlocks));
+    if (blockMicros <= k.besideHpBlockMicros) {
+      c.besideHp = true;
+      c.measure = f.launchesSeen % k.measureEvery == 0;
+      return c;
+    }
+  }
   if (duration <= k.budgetMicros || f.blocks <= 1) {
     c.measure = f.launchesSeen % k.measureEvery == 0;
     return c;  // short enough to wait for

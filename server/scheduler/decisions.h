@@ -42,11 +42,15 @@ struct LaunchChoice {
   uint64_t workers = 0;  // kPtb: worker blocks (one wave)
   uint32_t chunk = 1;    // kPtb: logical blocks per claim
   bool measure = false;  // time this launch (to learn the original's duration)
+  // Its blocks are so short that HP loses at most one of them per kernel to it: it runs beside
+  // HP work (at the lowest stream priority) instead of waiting behind the gate.
+  bool besideHp = false;
 };
 
 struct KernelFacts {
   uint64_t blocks = 0;        // logical blocks of the launch
-  uint64_t waveBlocks = 0;    // blocks one wave holds (occupancy x SMs); 0: unknown
+  uint64_t waveBlocks = 0;    // blocks of the PTB variant one wave holds (occupancy x SMs); 0: unknown
+  uint64_t originalWaveBlocks = 0;  // the same for the original
   bool hasSliced = false;     // the variant exists and fits this launch
   bool hasPtb = false;
   std::optional<double> originalMicros;  // learned duration of the original at this shape
@@ -55,6 +59,7 @@ struct KernelFacts {
 
 struct ChoiceKnobs {
   double budgetMicros = 100;  // turnaround: retreat raised -> GPU free of this kernel
+  double besideHpBlockMicros = 5;  // blocks at most this long run beside HP work
   bool useTransforms = true;
   uint32_t maxChunk = 64;
   uint64_t maxSlices = 64;

@@ -96,8 +96,9 @@ class PriorityPolicy final : public Policy {
   void openGate(GpuState& s);
   CUresult launchHighPriority(const KernelLaunch& k);
   CUresult launchBestEffort(const KernelLaunch& k);
-  // Waits until this BE tenant may queue a kernel (gate open, few of its kernels on the GPU).
-  void waitTurn(GpuState& s, Lane& lane);
+  // Waits until this BE tenant may queue a kernel: few of its kernels on the GPU, and the gate
+  // open unless the kernel runs beside HP work.
+  void waitTurn(GpuState& s, Lane& lane, bool gated);
   void markInFlight(Lane& lane, CUstream stream);
   CUresult enqueuePtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params,
                       gpu::PtbWorkers workers);

@@ -66,6 +66,19 @@ TEST(ChooseLaunch, UnknownKernelsRunOriginalAndAreTimed) {
   EXPECT_TRUE(chooseLaunch(f, ChoiceKnobs{}).measure);
 }
 
+TEST(ChooseLaunch, KernelsOfShortBlocksRunBesideHp) {
+  KernelFacts f = longKernel();
+  f.originalWaveBlocks = 1000;
+  f.originalMicros = 400;  // 100 waves of 4 µs blocks
+  LaunchChoice c = chooseLaunch(f, ChoiceKnobs{});
+  EXPECT_EQ(c.kind, VariantKind::kOriginal);
+  EXPECT_TRUE(c.besideHp);
+  f.originalMicros = 4000;  // 40 µs blocks: gated (and transformed: it is longer than the budget)
+  c = chooseLaunch(f, ChoiceKnobs{});
+  EXPECT_FALSE(c.besideHp);
+  EXPECT_EQ(c.kind, VariantKind::kPtb);
+}
+
 TEST(ChooseLaunch, ShortKernelsRunOriginal) {
   KernelFacts f = longKernel();
   f.originalMicros = 80;
@@ -237,7 +250,12 @@ struct Sim {
 TEST(SimulatedDevice, PreemptedKernelsResumeAndFinishExactlyOnceInOrder) {
   Sim sim;
   sim.kernels = {{200000, 40}, {50000, 40}};  // 8 ms and 2 ms alone, 40 µs blocks
-  KernelFacts facts{200000, 1000, true, true, 200000 / 1000 * 40.0, 10};
+  KernelFacts facts;
+  facts.blocks = 200000;
+  facts.waveBlocks = facts.originalWaveBlocks = 1000;
+  facts.hasSliced = facts.hasPtb = true;
+  facts.originalMicros = 200000 / 1000 * 40.0;
+  facts.launchesSeen = 10;
   ChoiceKnobs knobs;
   knobs.budgetMicros = 100;
   LaunchChoice c = chooseLaunch(facts, knobs);
