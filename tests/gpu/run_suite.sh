@@ -17,6 +17,9 @@
 #   GPU_SUITE_SMI_PROGRAM=large_transfers  program observed with nvidia-smi
 #   GPU_SUITE_NO_HIDE=1    debugging only: never hide the GPU from clients
 #   GPU_SUITE_TALLYD_ARGS  extra tallyd options, e.g. "--transform stress --cache-dir DIR"
+#   GPU_SUITE_PRIORITY_PAIR=1  after each program's UDS and TCP runs, run it twice at once over
+#                          UDS, as a high-priority and a best-effort tenant (with
+#                          GPU_SUITE_TALLYD_ARGS="--policy priority": the scheduler's GPU test)
 #   OUT=<dir>              if set, a copy of the logs/results is written there
 set -euo pipefail
 
@@ -232,7 +235,10 @@ client_cmd() {
   local prog=$1 transport=$2 tenant=$3
   CMD=(timeout -k 10 "$RUN_TIMEOUT")
   if [[ $HIDE -eq 1 ]]; then CMD+=(unshare -m bash -c "$HIDE_SCRIPT" bash "$TMPD/olddev"); fi
-  CMD+=(env "LD_PRELOAD=$CLIENT_LIB" "TALLY_SERVER=$(transport_url "$transport")" "TALLY_TENANT=$tenant")
+  local priority=best-effort
+  [[ $transport == *-hp ]] && priority=high
+  CMD+=(env "LD_PRELOAD=$CLIENT_LIB" "TALLY_SERVER=$(transport_url "$transport")" "TALLY_TENANT=$tenant"
+        "TALLY_PRIORITY=$priority")
   if [[ -n $CLIENT_LD_PATH ]]; then CMD+=("LD_LIBRARY_PATH=$CLIENT_LD_PATH"); fi
   CMD+=("$BIN/gpu_$prog")
 }
@@ -335,6 +341,20 @@ for prog in "${PROGRAMS[@]}"; do
       compare "$prog" "$transport" "$rc"
     fi
   done
+  if [[ ${GPU_SUITE_PRIORITY_PAIR:-0} == 1 ]]; then
+    declare -A pair_pids=()
+    for transport in uds-hp uds-be; do
+      client_cmd "$prog" "$transport" "$prog-${transport#uds-}"
+      "${CMD[@]}" >"$RES/runs/$prog.$transport.out" 2>"$RES/runs/$prog.$transport.err" &
+      pair_pids[$transport]=$!
+    done
+    for transport in uds-hp uds-be; do
+      rc=0
+      wait "${pair_pids[$transport]}" || rc=$?
+      compare "$prog" "$transport" "$rc"
+    done
+    unset pair_pids
+  fi
 done
 
 # ---------------------------------------------------------------- concurrent tenants
