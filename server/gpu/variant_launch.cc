@@ -49,27 +49,36 @@ $raise:
   ret;
 }
 
-// ptb_finished(progress*, total, seq, done*, preempted*): after a PTB run on the same stream,
-// writes seq to *done if the grid is complete, else to *preempted (the run stopped on a
-// retreat). The words may be mapped host memory (the scheduler polls them).
-.visible .entry tally_ptb_finished(.param .u64 progress, .param .u64 total, .param .u32 seq,
-                                   .param .u64 done, .param .u64 preempted)
+// ptb_pause(retreat*, progress*, total, timeout_ns): between two runs of a PTB kernel on one
+// stream: waits while the retreat flag is up and the grid is unfinished, at most timeout_ns,
+// polling every microsecond (the flag may be mapped host memory).
+.visible .entry tally_ptb_pause(.param .u64 retreat, .param .u64 progress, .param .u64 total,
+                                .param .u64 timeout_ns)
 {
-  .reg .pred %p<2>;
+  .reg .pred %p<4>;
   .reg .b32 %r<2>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [progress];
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [retreat];
   cvta.to.global.u64 %rd1, %rd1;
-  ld.param.u64 %rd2, [total];
-  ld.param.u32 %r1, [seq];
-  ld.param.u64 %rd3, [done];
-  ld.param.u64 %rd4, [preempted];
-  ld.volatile.global.u64 %rd5, [%rd1];
-  setp.ge.u64 %p1, %rd5, %rd2;
-  @!%p1 mov.u64 %rd3, %rd4;
-  cvta.to.global.u64 %rd3, %rd3;
-  st.volatile.global.u32 [%rd3], %r1;
-  membar.sys;
+  ld.param.u64 %rd2, [progress];
+  cvta.to.global.u64 %rd2, %rd2;
+  ld.param.u64 %rd3, [total];
+  ld.param.u64 %rd4, [timeout_ns];
+  mov.u64 %rd5, %globaltimer;
+  add.u64 %rd4, %rd4, %rd5;
+$wait:
+  ld.volatile.global.u32 %r1, [%rd1];
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 bra $done;
+  ld.volatile.global.u64 %rd6, [%rd2];
+  setp.ge.u64 %p2, %rd6, %rd3;
+  @%p2 bra $done;
+  mov.u64 %rd5, %globaltimer;
+  setp.ge.u64 %p3, %rd5, %rd4;
+  @%p3 bra $done;
+  nanosleep.u32 1000;
+  bra $wait;
+$done:
   ret;
 }
 )";
@@ -139,18 +148,18 @@ bool PtbHelpers::load(std::string& error) {
     error = "retreat trigger has no tally_retreat_at: CUresult " + std::to_string(r);
     return false;
   }
-  if (CUresult r = cuModuleGetFunction(&finished_, module_, "tally_ptb_finished"); r != CUDA_SUCCESS) {
-    error = "retreat trigger has no tally_ptb_finished: CUresult " + std::to_string(r);
+  if (CUresult r = cuModuleGetFunction(&pause_, module_, "tally_ptb_pause"); r != CUDA_SUCCESS) {
+    error = "PTB helpers have no tally_ptb_pause: CUresult " + std::to_string(r);
     return false;
   }
   return true;
 }
 
-CUresult PtbHelpers::launchFinished(CUstream stream, CUdeviceptr progress, uint64_t total, uint32_t seq,
-                                        CUdeviceptr done, CUdeviceptr preempted) const {
-  if (finished_ == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  void* args[] = {&progress, &total, &seq, &done, &preempted};
-  return cuLaunchKernel(finished_, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr);
+CUresult PtbHelpers::launchPause(CUstream stream, PtbControl control, uint64_t total, uint64_t timeoutNs) const {
+  if (pause_ == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUdeviceptr retreat = control.retreat, progress = control.progress;
+  void* args[] = {&retreat, &progress, &total, &timeoutNs};
+  return cuLaunchKernel(pause_, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr);
 }
 
 PtbHelpers::~PtbHelpers() {
@@ -178,6 +187,19 @@ CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream s
     if (CUresult r = clearRetreat(control, stream); r != CUDA_SUCCESS) return r;
   }
   return launchPtb(ptb, shape, stream, params, workers, control);
+}
+
+CUresult launchPtbResumable(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params,
+                            PtbWorkers workers, PtbControl control, CUdeviceptr neverRetreat, const PtbHelpers& helpers,
+                            unsigned resumes, uint64_t pauseNs) {
+  if (CUresult r = cuMemsetD32Async(control.progress, 0, 2, stream); r != CUDA_SUCCESS) return r;
+  if (CUresult r = launchPtb(ptb, shape, stream, params, workers, control); r != CUDA_SUCCESS) return r;
+  for (unsigned i = 0; i < resumes; ++i) {
+    if (CUresult r = helpers.launchPause(stream, control, shape.blocks(), pauseNs); r != CUDA_SUCCESS) return r;
+    if (CUresult r = launchPtb(ptb, shape, stream, params, workers, control); r != CUDA_SUCCESS) return r;
+  }
+  if (CUresult r = helpers.launchPause(stream, control, shape.blocks(), pauseNs); r != CUDA_SUCCESS) return r;
+  return launchPtb(ptb, shape, stream, params, workers, PtbControl{control.progress, neverRetreat});
 }
 
 }  // namespace tally::server::gpu

@@ -67,8 +67,8 @@ CUresult launchPtb(CUfunction ptb, const LaunchShape& shape, CUstream stream, Ke
 // Two one-thread helper kernels for PTB launches. The retreat trigger raises a launch's retreat
 // flag once its progress reaches a threshold (or a timeout passes, so that it never spins
 // forever): a preemption at a chosen point, decided on the GPU (the stress mode and the
-// equivalence tests; the scheduler raises the flag itself). The finisher tells the scheduler
-// whether a run completed its grid or stopped on a retreat.
+// equivalence tests; the scheduler raises the flag itself). The pause holds a stream between a
+// retreat and the resume (launchPtbResumable).
 class PtbHelpers {
  public:
   // Loads the helper into the current context; on failure `error` says why.
@@ -76,15 +76,14 @@ class PtbHelpers {
   ~PtbHelpers();
 
   CUresult launch(CUstream stream, PtbControl control, uint64_t threshold, uint64_t timeoutNs) const;
-  // After a PTB run on `stream`: writes `seq` to `done` if its grid of `total` blocks is
-  // complete, else to `preempted` (u32 words, device or mapped host memory).
-  CUresult launchFinished(CUstream stream, CUdeviceptr progress, uint64_t total, uint32_t seq, CUdeviceptr done,
-                          CUdeviceptr preempted) const;
+  // Between two runs of a PTB kernel on `stream`: waits on the GPU while the retreat flag is up
+  // and the grid of `total` blocks unfinished, at most `timeoutNs`.
+  CUresult launchPause(CUstream stream, PtbControl control, uint64_t total, uint64_t timeoutNs) const;
 
  private:
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
-  CUfunction finished_ = nullptr;
+  CUfunction pause_ = nullptr;
 };
 
 // A complete PTB launch, preempted at each of `thresholds` (ascending logical-block counts) and
@@ -95,5 +94,14 @@ CUresult launchPtbPreempted(CUfunction ptb, const LaunchShape& shape, CUstream s
                             KernelParams params, PtbWorkers workers, PtbControl control,
                             std::span<const uint64_t> thresholds, const PtbHelpers& trigger,
                             uint64_t timeoutNs = 200'000'000);
+
+// A PTB launch the scheduler can stop and that resumes by itself, all on `stream` with no host
+// involvement: run, then up to `resumes` times [pause while the retreat flag is up, at most
+// `pauseNs`; run again from the progress counter], then a last run that ignores the flag (its
+// retreat pointer is `neverRetreat`, a zero word), so the grid always completes in stream order.
+// Every wait is bounded in time: nothing here can hold the stream hostage to the host.
+CUresult launchPtbResumable(CUfunction ptb, const LaunchShape& shape, CUstream stream, KernelParams params,
+                            PtbWorkers workers, PtbControl control, CUdeviceptr neverRetreat, const PtbHelpers& helpers,
+                            unsigned resumes, uint64_t pauseNs);
 
 }  // namespace tally::server::gpu

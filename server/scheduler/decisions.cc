@@ -50,7 +50,8 @@ LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
     c.measure = f.launchesSeen % k.measureEvery == 0;
     return c;  // short enough to wait for
   }
-  if (f.hasPtb && f.waveBlocks > 0) {
+  const bool longEnoughForPtb = duration >= k.ptbMinBudgets * k.budgetMicros || !f.hasSliced;
+  if (f.hasPtb && f.waveBlocks > 0 && longEnoughForPtb) {
     // A worker runs one logical block in about duration / waves; a retreat waits for the
     // blocks of the chunk in progress.
     double waves = std::max(1.0, double(f.blocks) / double(f.waveBlocks));
@@ -123,12 +124,6 @@ bool KernelProfiles::save(const std::string& path, std::string& error) const {
     return false;
   }
   return true;
-}
-
-PtbStep ptbNextStep(uint32_t done, uint32_t preempted, uint32_t seq, bool gateOpen) {
-  if (done == seq) return PtbStep::kFinished;
-  if (preempted == seq && gateOpen) return PtbStep::kResume;
-  return PtbStep::kWait;
 }
 
 }  // namespace tally::server::scheduler

@@ -62,14 +62,18 @@ struct ChoiceKnobs {
   double besideHpBlockMicros = 5;  // blocks at most this long run beside HP work
   bool useTransforms = true;
   uint32_t maxChunk = 64;
+  // PTB only for kernels at least this many budgets long: each PTB launch carries a few cheap
+  // relaunches and pauses (its resumes); shorter kernels are sliced.
+  double ptbMinBudgets = 5;
   uint64_t maxSlices = 64;
   uint64_t measureFirst = 3;   // launches timed before a choice is trusted
   uint64_t measureEvery = 64;  // then one in this many, to follow changes
 };
 
-// Picks the variant for a BE launch: the original when it is short enough to wait for (or not
-// known yet: it is timed), else PTB with the largest chunk whose expected turnaround (a chunk
-// of blocks per worker) fits the budget, else slices short enough to fit it.
+// Picks the variant for a BE launch: the original when its blocks are tiny (it runs beside HP),
+// when it is short enough to wait for, or when it is not known yet (it is timed); else PTB with
+// the largest chunk whose expected turnaround (a chunk of blocks per worker) fits the budget for
+// long kernels, and slices short enough to fit it for the others (or when there is no PTB).
 LaunchChoice chooseLaunch(const KernelFacts& facts, const ChoiceKnobs& knobs);
 
 // Learned original durations per kernel shape, kept on disk between runs (one line per key:
@@ -91,11 +95,5 @@ class KernelProfiles {
   std::map<std::string, Entry> entries_;
 };
 
-// What a tenant's thread does next with the PTB launch it waits for: its finisher kernel wrote
-// `seq` to `done` (grid complete) or to `preempted` (stopped on a retreat). The caller lowers
-// `preempted` below seq before each resume, so a launch is resumed once per stop, and only
-// while best-effort work may run.
-enum class PtbStep { kFinished, kResume, kWait };
-PtbStep ptbNextStep(uint32_t done, uint32_t preempted, uint32_t seq, bool gateOpen);
 
 }  // namespace tally::server::scheduler

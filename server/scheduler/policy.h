@@ -24,6 +24,7 @@ struct SchedulerConfig {
   std::string policy = "passthrough";  // "passthrough" | "priority"
   double idleWindowMicros = 100;       // HP idle this long before best-effort work runs again
   double budgetMicros = 100;           // turnaround budget of a best-effort kernel (retreat -> GPU free)
+  double maxPauseMicros = 20000;       // longest a retreated PTB kernel waits for HP to go idle
   bool gate = true;                    // hold best-effort work while high-priority work runs
   bool transforms = true;              // run long best-effort kernels as PTB / sliced variants
   bool streamPriorities = true;        // HP streams at the highest CUDA priority, BE at the lowest

@@ -14,7 +14,9 @@ namespace {
 constexpr size_t kWordsPerGpu = 16384;
 constexpr auto kMonitorPeriod = std::chrono::microseconds(10);
 constexpr auto kWaitPeriod = std::chrono::microseconds(10);  // a BE thread's polling while held
-constexpr size_t kMaxInFlight = 2;  // BE kernels of one tenant on the GPU at once
+constexpr size_t kMaxInFlight = 2;  // BE kernels of one tenant on the GPU at once ...
+constexpr auto kMaxInFlightWait = std::chrono::milliseconds(1);  // ... unless they take longer than this
+constexpr unsigned kPtbResumes = 4;  // retreats a PTB launch honours before it runs to the end
 
 Nanos now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -200,9 +202,8 @@ PriorityPolicy::Lane* PriorityPolicy::laneFor(GpuState& s, const KernelLaunch& k
   k.gpu->makeCurrent();
   bool ok = cuMemAlloc(&lane->progress, sizeof(uint64_t)) == CUDA_SUCCESS;
   lane->retreat = s.words.take(s.gateOpen ? 0 : 1);
-  lane->done = s.words.take(0);
-  lane->preempted = s.words.take(0);
-  if (!ok || lane->retreat < 0 || lane->done < 0 || lane->preempted < 0) {
+  lane->never = s.words.take(0);
+  if (!ok || lane->retreat < 0 || lane->never < 0) {
     s.endedLanes.push_back(std::move(lane));  // freed with the tenant
     s.lanes.erase(k.tenant);
     return nullptr;
@@ -218,7 +219,10 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, bool gated) {
   while (gated && config_.gate && !s.gateOpen.load(std::memory_order_acquire) && !stopping_) {
     std::this_thread::sleep_for(kWaitPeriod);
   }
-  while (lane.inFlight.size() >= (config_.gate ? kMaxInFlight : SIZE_MAX) && !stopping_) {
+  // Bounded: a kernel may wait for something this tenant has not asked for yet (a flag a later
+  // kernel sets, a host callback), which this thread must stay free to deliver.
+  const auto deadline = std::chrono::steady_clock::now() + kMaxInFlightWait;
+  while (lane.inFlight.size() >= kMaxInFlight && !stopping_ && std::chrono::steady_clock::now() < deadline) {
     CUresult r = cuEventQuery(lane.inFlight.front());
     if (r == CUDA_ERROR_NOT_READY) {
       std::this_thread::sleep_for(kWaitPeriod);
@@ -227,10 +231,13 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, bool gated) {
     lane.spareEvents.push_back(lane.inFlight.front());
     lane.inFlight.pop_front();
   }
+  while (lane.inFlight.size() >= kMaxInFlight) {  // gave up waiting: forget the oldest
+    lane.spareEvents.push_back(lane.inFlight.front());
+    lane.inFlight.pop_front();
+  }
 }
 
 void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
-  if (!config_.gate) return;
   CUevent event = nullptr;
   if (!lane.spareEvents.empty()) {
     event = lane.spareEvents.back();
@@ -243,46 +250,6 @@ void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
   } else {
     lane.spareEvents.push_back(event);
   }
-}
-
-CUresult PriorityPolicy::enqueuePtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params,
-                                    gpu::PtbWorkers workers) {
-  gpu::PtbControl control{lane.progress, s.words.device(lane.retreat)};
-  if (CUresult r = gpu::launchPtb(k.ptb, k.shape, k.stream, params, workers, control); r != CUDA_SUCCESS) return r;
-  return s.gpu->ptbHelpers()->launchFinished(k.stream, lane.progress, k.shape.blocks(), lane.seq,
-                                              s.words.device(lane.done), s.words.device(lane.preempted));
-}
-
-// Runs a PTB kernel to the end of its grid: launched once, resumed on the same stream after
-// every retreat once HP is idle again. The tenant's thread waits here, so nothing of this
-// tenant is queued behind an unfinished kernel.
-CUresult PriorityPolicy::runPtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params,
-                                gpu::PtbWorkers workers) {
-  ++lane.seq;
-  if (CUresult r = cuMemsetD32Async(lane.progress, 0, 2, k.stream); r != CUDA_SUCCESS) return r;
-  if (CUresult r = enqueuePtb(s, lane, k, params, workers); r != CUDA_SUCCESS) return r;
-  while (!stopping_) {
-    switch (ptbNextStep(s.words.load(lane.done), s.words.load(lane.preempted), lane.seq, s.gateOpen.load())) {
-      case PtbStep::kFinished:
-        return CUDA_SUCCESS;
-      case PtbStep::kResume: {
-        s.words.store(lane.preempted, lane.seq - 1);
-        if (k.preemptions != nullptr) k.preemptions->fetch_add(1, std::memory_order_relaxed);
-        {
-          std::lock_guard lock(mutex_);
-          ++resumes_;
-        }
-        if (CUresult r = enqueuePtb(s, lane, k, params, workers); r != CUDA_SUCCESS) return r;
-        break;
-      }
-      case PtbStep::kWait:
-        // A failed kernel never writes its word: stop waiting when the stream reports the error.
-        if (CUresult r = cuStreamQuery(k.stream); r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return r;
-        std::this_thread::sleep_for(kWaitPeriod);
-        break;
-    }
-  }
-  return CUDA_SUCCESS;
 }
 
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
@@ -325,10 +292,16 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       }
       return CUDA_SUCCESS;
     }
-    case VariantKind::kPtb:
+    case VariantKind::kPtb: {
       if (k.ptbLaunches != nullptr) k.ptbLaunches->fetch_add(1, std::memory_order_relaxed);
       waitTurn(*s, *lane, true);
-      return runPtb(*s, *lane, k, kernelParams, {choice.workers, choice.chunk});
+      gpu::PtbControl control{lane->progress, s->words.device(lane->retreat)};
+      CUresult r = gpu::launchPtbResumable(k.ptb, k.shape, k.stream, kernelParams, {choice.workers, choice.chunk},
+                                           control, s->words.device(lane->never), *k.gpu->ptbHelpers(), kPtbResumes,
+                                           static_cast<uint64_t>(config_.maxPauseMicros * 1000));
+      markInFlight(*lane, k.stream);
+      return r;
+    }
     case VariantKind::kOriginal:
       break;
   }
@@ -436,7 +409,7 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
       for (CUevent e : lane.inFlight) cuEventDestroy(e);
       for (CUevent e : lane.spareEvents) cuEventDestroy(e);
       if (lane.progress != 0) cuMemFree(lane.progress);
-      for (int word : {lane.retreat, lane.done, lane.preempted}) s->words.give(word);
+      for (int word : {lane.retreat, lane.never}) s->words.give(word);
       it = s->endedLanes.erase(it);
     }
   }
@@ -445,7 +418,7 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
 std::string PriorityPolicy::summary() const {
   std::lock_guard lock(mutex_);
   return "priority: " + std::to_string(beOriginal_) + " BE original, " + std::to_string(beSliced_) + " sliced, " +
-         std::to_string(bePtb_) + " PTB launches, " + std::to_string(resumes_) + " resumes, " +
+         std::to_string(bePtb_) + " PTB launches, " +
          std::to_string(gateCloses_) + " gate closes, " + std::to_string(measured_) + " timed, " +
          std::to_string(profiles_.size()) + " kernel shapes learned";
 }

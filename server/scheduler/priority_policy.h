@@ -3,15 +3,16 @@
 //   1. stream priorities: HP streams at the highest CUDA priority, BE at the lowest, so the
 //      hardware dispatches pending HP blocks first;
 //   2. a gate on BE launches: a BE tenant's thread queues a kernel only while HP has been idle
-//      for the idle window and at most `kMaxInFlight` of its kernels are still on the GPU, so
-//      little BE work is queued when HP work arrives. The gate is on the host: a GPU-side wait
-//      (cuStreamWaitValue32) can stall an HP stream that shares its hardware queue, and HP is
-//      what would open it;
+//      for the idle window and (waiting at most 1 ms) at most two of its kernels are still on
+//      the GPU, so little BE work is queued when HP work arrives;
 //   3. long BE kernels with PTX run as PTB variants, told to retreat the moment HP work is
-//      submitted and resumed from their progress counter once HP is idle again (or as slices,
-//      one gate per slice), configured from their measured duration to fit the turnaround budget.
-// Order is exact: a BE tenant's thread waits for its PTB kernel's grid to be complete (a
-// finisher kernel reports it), resuming it on the same stream, before it queues anything else.
+//      submitted; on their stream a pause kernel waits (bounded) for the flag to drop and the
+//      next run resumes from the progress counter; shorter ones run as slices, one gate per slice.
+//      Configured from their measured duration to fit the turnaround budget.
+// Two rules keep it deadlock-free (docs/scheduler.md): no GPU-side wait depends on a host
+// decision that needs HP progress (an HP stream may share a hardware queue with the waiting BE
+// stream), and no wait of a tenant's thread depends on GPU work that may need a later call of
+// that tenant. Every wait is bounded in time or waits only for HP to go idle.
 #pragma once
 
 #include <atomic>
@@ -60,13 +61,13 @@ class PriorityPolicy final : public Policy {
  private:
   using StreamKey = std::pair<uint64_t, uint64_t>;  // (tenant, stream id)
 
-  // A BE tenant's state on one GPU: its PTB progress counter and words, and its kernels still on
-  // the GPU (an event after each). Only the tenant's own thread launches through it.
+  // A BE tenant's state on one GPU: its PTB progress counter and retreat flag, and its kernels
+  // still on the GPU (an event after each). Only the tenant's own thread launches through it.
   struct Lane {
     uint64_t tenant = 0;
     CUdeviceptr progress = 0;  // device u64
-    int retreat = -1, done = -1, preempted = -1;  // mapped words
-    uint32_t seq = 0;
+    int retreat = -1;          // mapped word: raised while HP runs
+    int never = -1;            // mapped word, always 0: the retreat flag of a PTB launch's last run
     std::deque<CUevent> inFlight;
     std::vector<CUevent> spareEvents;
   };
@@ -100,9 +101,6 @@ class PriorityPolicy final : public Policy {
   // open unless the kernel runs beside HP work.
   void waitTurn(GpuState& s, Lane& lane, bool gated);
   void markInFlight(Lane& lane, CUstream stream);
-  CUresult enqueuePtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params,
-                      gpu::PtbWorkers workers);
-  CUresult runPtb(GpuState& s, Lane& lane, const KernelLaunch& k, gpu::KernelParams params, gpu::PtbWorkers workers);
   void markHpWork(GpuState& s, StreamKey key, CUstream stream);
   void monitor();
   void pollGpu(GpuState& s);
@@ -115,7 +113,7 @@ class PriorityPolicy final : public Policy {
   KernelProfiles profiles_;
   std::atomic<bool> stopping_{false};
   // Counters for summary().
-  uint64_t gateCloses_ = 0, resumes_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
+  uint64_t gateCloses_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
   std::thread monitor_;  // last: started once everything above is ready
 };
 

@@ -97,9 +97,13 @@ TEST(ChooseLaunch, PtbChunkFitsTheBudget) {
   k.budgetMicros = 1e6;  // short compared with the budget: no need to transform
   EXPECT_EQ(chooseLaunch(longKernel(), k).kind, VariantKind::kOriginal);
   KernelFacts tiny = longKernel();
-  tiny.originalMicros = 200;  // 2 µs blocks: the chunk is capped
+  tiny.originalMicros = 200;  // under 5 budgets: sliced rather than PTB
   k.budgetMicros = 150;
   LaunchChoice t = chooseLaunch(tiny, k);
+  EXPECT_EQ(t.kind, VariantKind::kSliced);
+  EXPECT_EQ(t.slices, 2u);
+  tiny.hasSliced = false;  // no sliced variant: PTB, 2 µs blocks, the chunk capped
+  t = chooseLaunch(tiny, k);
   EXPECT_EQ(t.kind, VariantKind::kPtb);
   EXPECT_EQ(t.chunk, 64u);
 }
@@ -138,21 +142,13 @@ TEST(KernelProfiles, MeanPersistsAndBadFilesAreRefused) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(PtbNextStep, FinishesResumesOnlyWhenTheGateIsOpenOrWaits) {
-  EXPECT_EQ(ptbNextStep(7, 6, 7, false), PtbStep::kFinished);
-  EXPECT_EQ(ptbNextStep(6, 7, 7, false), PtbStep::kWait);  // stopped, HP busy
-  EXPECT_EQ(ptbNextStep(6, 7, 7, true), PtbStep::kResume);
-  EXPECT_EQ(ptbNextStep(6, 6, 7, true), PtbStep::kWait);   // running (preempted lowered before resuming)
-  EXPECT_EQ(ptbNextStep(0xffffffffu, 0xffffffffu, 0, true), PtbStep::kWait);  // sequence numbers wrap
-  EXPECT_EQ(ptbNextStep(0, 0xfffffffeu, 0, true), PtbStep::kFinished);
-}
-
 // ---- a simulated device ------------------------------------------------------------------------
 //
-// A BE tenant's thread running PTB kernels the way the policy does (launch, then wait for the
-// finisher's word, resuming after each retreat once HP is idle), an HP tenant submitting work at
-// given times, and the monitor's decisions every microsecond. Blocks take a fixed time; each of
-// `workers` workers claims `chunk` blocks at a time and checks the retreat flag between chunks.
+// What the policy queues for a BE PTB launch, run on a simulated stream: [run, (pause, run) x
+// resumes, pause, last run ignoring the flag]. A run's `workers` claim `chunk` blocks at a time
+// and check the retreat flag between chunks; a pause waits while the flag is up and the grid is
+// unfinished, at most `maxPause`. The host side is HpActivity: HP submissions raise the flag,
+// the monitor lowers it once HP has been idle for the window. Every microsecond is simulated.
 struct SimKernel {
   uint64_t blocks;
   double blockMicros;
@@ -161,93 +157,78 @@ struct SimKernel {
 struct Sim {
   HpActivity activity{100 * kUs};
   std::vector<std::pair<Nanos, Nanos>> hp;  // (submitted, length)
-  std::vector<SimKernel> kernels;
+  std::vector<SimKernel> kernels;           // BE kernels in stream order
   uint64_t workers = 1000;
   uint32_t chunk = 1;
-  Nanos disconnectAt = -1;  // the client goes away (its thread notices after its current launch)
+  unsigned resumes = 4;
+  Nanos maxPause = 20000 * kUs;
 
-  // device
-  uint32_t done = 0, preempted = 0;
-  bool retreat = false;
-  uint64_t progress = 0;
-  bool running = false;
-  Nanos chunkEnd = 0;
-  // the BE thread
-  size_t current = 0;
-  uint32_t seq = 0;
-  bool waitingForGate = true;
   // observations
-  uint64_t blocksRun = 0, resumes = 0;
+  uint64_t blocksRun = 0, blocksStartedWhileRetreated = 0;
   std::vector<size_t> completed;
-  Nanos worstRetreat = 0, retreatRaisedAt = 0, releasedAt = -1;
-  bool resumedWhileHpBusy = false;
-
-  void deviceStep(Nanos now) {
-    const SimKernel& k = kernels[current];
-    while (running && chunkEnd <= now) {
-      if (progress >= k.blocks) {  // the finisher: grid complete
-        running = false;
-        done = seq;
-      } else if (retreat) {  // every worker saw the flag at its chunk boundary
-        running = false;
-        preempted = seq;
-        worstRetreat = std::max(worstRetreat, now - retreatRaisedAt);
-      } else {
-        uint64_t take = std::min<uint64_t>(k.blocks - progress, workers * chunk);
-        progress += take;
-        blocksRun += take;
-        chunkEnd += static_cast<Nanos>(k.blockMicros * kUs * chunk);
-      }
-    }
-  }
+  Nanos worstRetreat = 0, drainedAt = -1;
 
   void run(Nanos limit) {
-    Nanos hpEnd = 0;
-    for (Nanos t = 0; t < limit && releasedAt < 0; t += kUs) {
+    enum class Op { kRun, kPause, kLastRun };
+    std::vector<Op> ops{Op::kRun};
+    for (unsigned i = 0; i < resumes; ++i) ops.insert(ops.end(), {Op::kPause, Op::kRun});
+    ops.insert(ops.end(), {Op::kPause, Op::kLastRun});
+    size_t kernel = 0, op = 0;
+    uint64_t progress = 0;
+    bool retreat = false, opStarted = false;
+    Nanos hpEnd = 0, raisedAt = 0, opStart = 0, chunkEnd = 0;
+    for (Nanos t = 0; t < limit && kernel < kernels.size(); t += kUs) {
       for (auto [start, length] : hp) {
         if (t != start) continue;
-        if (activity.submitted(t)) {  // the policy closes the gate and raises every retreat
+        if (activity.submitted(t)) {
           retreat = true;
-          retreatRaisedAt = t;
+          raisedAt = t;
         }
         hpEnd = std::max(hpEnd, t + length);
       }
-      const bool hpBusy = t < hpEnd;
-      if (activity.observe(t, hpBusy)) retreat = false;  // the monitor opens the gate
-      deviceStep(t);
-      if (current == kernels.size() || (disconnectAt >= 0 && t >= disconnectAt && waitingForGate)) {
-        releasedAt = t;  // the thread is between launches: the tenant is released now
-        break;
+      if (activity.observe(t, t < hpEnd)) retreat = false;
+      const SimKernel& k = kernels[kernel];
+      if (!opStarted) {
+        opStarted = true;
+        opStart = chunkEnd = t;
       }
-      if (waitingForGate) {
-        if (!activity.gateOpen()) continue;
-        waitingForGate = false;
-        ++seq;
+      bool opDone = false;
+      switch (ops[op]) {
+        case Op::kPause:
+          opDone = !retreat || progress >= k.blocks || t - opStart >= maxPause;
+          break;
+        case Op::kRun:
+        case Op::kLastRun:
+          while (!opDone && chunkEnd <= t) {
+            if (progress >= k.blocks) {
+              opDone = true;
+            } else if (retreat && ops[op] == Op::kRun) {
+              worstRetreat = std::max(worstRetreat, t - raisedAt);
+              opDone = true;
+            } else {
+              uint64_t take = std::min<uint64_t>(k.blocks - progress, workers * chunk);
+              if (retreat) blocksStartedWhileRetreated += take;
+              progress += take;
+              blocksRun += take;
+              chunkEnd += static_cast<Nanos>(k.blockMicros * kUs * chunk);
+            }
+          }
+          break;
+      }
+      if (!opDone) continue;
+      opStarted = false;
+      if (++op == ops.size()) {
+        ASSERT_GE(progress, k.blocks) << "the stream moved on from an unfinished kernel";
+        completed.push_back(kernel++);
+        op = 0;
         progress = 0;
-        running = true;
-        chunkEnd = t;
-        continue;
-      }
-      switch (ptbNextStep(done, preempted, seq, activity.gateOpen())) {
-        case PtbStep::kFinished:
-          completed.push_back(current++);
-          waitingForGate = true;
-          break;
-        case PtbStep::kResume:
-          resumedWhileHpBusy = resumedWhileHpBusy || hpBusy;
-          preempted = seq - 1;
-          ++resumes;
-          running = true;
-          chunkEnd = t;
-          break;
-        case PtbStep::kWait:
-          break;
+        if (kernel == kernels.size()) drainedAt = t;
       }
     }
   }
 };
 
-TEST(SimulatedDevice, PreemptedKernelsResumeAndFinishExactlyOnceInOrder) {
+TEST(SimulatedDevice, RetreatedKernelsResumeAndFinishExactlyOnceInOrder) {
   Sim sim;
   sim.kernels = {{200000, 40}, {50000, 40}};  // 8 ms and 2 ms alone, 40 µs blocks
   KernelFacts facts;
@@ -266,26 +247,25 @@ TEST(SimulatedDevice, PreemptedKernelsResumeAndFinishExactlyOnceInOrder) {
   sim.hp = {{1000 * kUs, 300 * kUs}, {3000 * kUs, 300 * kUs}, {3200 * kUs, 300 * kUs}, {9500 * kUs, 300 * kUs}};
   sim.run(100000 * kUs);
   EXPECT_EQ(sim.completed, (std::vector<size_t>{0, 1}));  // in order
-  EXPECT_EQ(sim.blocksRun, 250000u);  // every block once, none lost to a retreat
-  EXPECT_EQ(sim.resumes, 3u);          // 1 ms, 3 ms (3.2 ms lands in the same busy period), 9.5 ms
-  EXPECT_FALSE(sim.resumedWhileHpBusy);
-  EXPECT_LE(sim.worstRetreat, 80 * kUs);  // a retreat waits for at most the chunk in flight
+  EXPECT_EQ(sim.blocksRun, 250000u);                       // every block once, none lost to a retreat
+  EXPECT_EQ(sim.blocksStartedWhileRetreated, 0u);          // nothing claimed while HP runs
+  EXPECT_LE(sim.worstRetreat, 80 * kUs);                   // at most the chunk in flight
 }
 
-TEST(SimulatedDevice, DisconnectMidPreemptionFinishesTheKernelThenReleases) {
-  // The client goes away while its kernel is stopped for HP: its thread resumes and completes
-  // the kernel once HP is idle (the stream must drain before the tenant's memory is freed), and
-  // only then is the tenant released; nothing else of it runs.
+TEST(SimulatedDevice, BestEffortDrainsEvenIfHpNeverGoesIdle) {
+  // HP busy from 1 ms on, for ever: the pauses time out and the last run ignores the flag, so
+  // the stream always drains (a tenant that disconnects here is released in bounded time).
   Sim sim;
   sim.kernels = {{200000, 40}, {50000, 40}};
   sim.chunk = 2;
-  sim.hp = {{1000 * kUs, 2000 * kUs}};
-  sim.disconnectAt = 1500 * kUs;  // mid-preemption
-  sim.run(100000 * kUs);
-  EXPECT_EQ(sim.completed, (std::vector<size_t>{0}));
-  EXPECT_EQ(sim.blocksRun, 200000u);
-  EXPECT_EQ(sim.resumes, 1u);
-  EXPECT_GE(sim.releasedAt, 3000 * kUs + 100 * kUs);  // after HP ended and the idle window passed
+  sim.maxPause = 2000 * kUs;
+  sim.hp = {{1000 * kUs, 1000000 * kUs}};
+  sim.run(1000000 * kUs);
+  EXPECT_EQ(sim.completed, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(sim.blocksRun, 250000u);
+  // Kernel 0: 1 ms of work, 5 pauses of 2 ms, then the rest; kernel 1 goes through its pauses too.
+  EXPECT_GT(sim.drainedAt, 1000 * kUs + 5 * 2000 * kUs);
+  EXPECT_LT(sim.drainedAt, 40000 * kUs);
 }
 
 }  // namespace
