@@ -159,7 +159,7 @@ int run(int argc, char** argv) {
   services.inlineWaitMicros = config.inlineWaitMicros;
   services.pollMicros = config.pollMicros;
   services.auth = config.auth;
-  std::unique_ptr<scheduler::Policy> policyImpl = scheduler::makePolicy(config.scheduler, error);
+  std::unique_ptr<scheduler::Policy> policyImpl = scheduler::makePolicy(config.scheduler, services.gpus, error);
   if (!policyImpl) {
     spdlog::error("{}", error);
     return 2;
@@ -180,6 +180,10 @@ int run(int argc, char** argv) {
                                                   : transform::VariantStore::Mode::kLazy);
     services.variants = &*variants;
     services.stress = config.transform == "stress";
+    // Loaded now: a module load on a tenant's launch path could wait for other tenants' work.
+    if (services.stress) {
+      for (gpu::Gpu* g : services.gpus) g->ptbHelpers();
+    }
     services.stressSeed = config.stressSeed != 0 ? config.stressSeed : std::random_device{}();
     spdlog::info("kernel transforms {} for best-effort tenants, compiled variants in {}{}", config.transform,
                  config.cacheDir, services.stress ? fmt::format(" (STRESS MODE, seed {})", services.stressSeed) : "");

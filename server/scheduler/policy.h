@@ -72,7 +72,11 @@ class Policy {
   virtual std::string summary() const = 0;
 };
 
-// The policy `config.policy` names, or nullptr with `error`.
-std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, std::string& error);
+// The policy `config.policy` names for these GPUs, or nullptr with `error`. Whatever a policy
+// needs from the driver it takes here, at startup: on the launch path a context-wide call
+// (pinned allocation, module load) could wait for another tenant's kernel that waits for this
+// tenant's next call.
+std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, const std::vector<gpu::Gpu*>& gpus,
+                                   std::string& error);
 
 }  // namespace tally::server::scheduler

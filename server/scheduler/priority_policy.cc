@@ -12,6 +12,7 @@ namespace tally::server::scheduler {
 namespace {
 
 constexpr size_t kWordsPerGpu = 16384;
+constexpr size_t kLanesPerGpu = 4096;  // BE tenants with PTB kernels on one GPU at once
 constexpr auto kMonitorPeriod = std::chrono::microseconds(10);
 constexpr auto kWaitPeriod = std::chrono::microseconds(10);  // a BE thread's polling while held
 constexpr size_t kMaxInFlight = 2;  // BE kernels of one tenant on the GPU at once ...
@@ -81,7 +82,11 @@ void MappedWords::give(int word) {
 
 // ---- the policy --------------------------------------------------------------------------------
 
-PriorityPolicy::PriorityPolicy(SchedulerConfig config) : config_(std::move(config)) {
+PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, std::string& error)
+    : config_(std::move(config)) {
+  for (gpu::Gpu* g : gpus) {
+    if (!setUp(*g, error)) return;
+  }
   knobs_.budgetMicros = config_.budgetMicros;
   knobs_.useTransforms = config_.transforms;
   if (!config_.profilesPath.empty()) {
@@ -107,6 +112,7 @@ PriorityPolicy::~PriorityPolicy() {
       cuEventDestroy(a);
       cuEventDestroy(b);
     }
+    if (s->progressPool != 0) cuMemFree(s->progressPool);
   }
 }
 
@@ -122,19 +128,27 @@ std::optional<int> PriorityPolicy::streamPriority(bool highPriority, const gpu::
   return highPriority ? g.description().streamPriorityGreatest : g.description().streamPriorityLeast;
 }
 
-PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
-  auto it = gpus_.find(&g);
-  if (it != gpus_.end()) return it->second.get();
+bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
   auto s = std::make_unique<GpuState>();
   s->gpu = &g;
   s->activity = HpActivity(static_cast<Nanos>(config_.idleWindowMicros * 1000));
   g.makeCurrent();
-  std::string error;
-  if (!s->words.allocate(kWordsPerGpu, error)) {
-    spdlog::error("scheduler on GPU {}: {}; launches pass through", g.ordinal(), error);
-    return nullptr;
+  if (!s->words.allocate(kWordsPerGpu, error)) return false;
+  if (CUresult r = cuMemAlloc(&s->progressPool, kLanesPerGpu * sizeof(uint64_t)); r != CUDA_SUCCESS) {
+    error = "GPU " + std::to_string(g.ordinal()) + ": cannot allocate PTB progress counters: CUresult " + std::to_string(r);
+    return false;
   }
-  return gpus_.emplace(&g, std::move(s)).first->second.get();
+  s->progressUsed.assign(kLanesPerGpu, false);
+  if (config_.transforms && g.ptbHelpers() == nullptr) {
+    spdlog::warn("scheduler on GPU {}: no PTB helpers; best-effort kernels will not be preempted", g.ordinal());
+  }
+  gpus_.emplace(&g, std::move(s));
+  return true;
+}
+
+PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
+  auto it = gpus_.find(&g);
+  return it == gpus_.end() ? nullptr : it->second.get();
 }
 
 void PriorityPolicy::closeGate(GpuState& s) {
@@ -199,8 +213,13 @@ PriorityPolicy::Lane* PriorityPolicy::laneFor(GpuState& s, const KernelLaunch& k
   if (slot) return slot.get();
   auto lane = std::make_unique<Lane>();
   lane->tenant = k.tenant;
-  k.gpu->makeCurrent();
-  bool ok = cuMemAlloc(&lane->progress, sizeof(uint64_t)) == CUDA_SUCCESS;
+  for (size_t i = 0; i < s.progressUsed.size() && lane->progressSlot < 0; ++i) {
+    if (s.progressUsed[i]) continue;
+    s.progressUsed[i] = true;
+    lane->progressSlot = static_cast<int>(i);
+    lane->progress = s.progressPool + i * sizeof(uint64_t);
+  }
+  bool ok = lane->progressSlot >= 0;
   lane->retreat = s.words.take(s.gateOpen ? 0 : 1);
   lane->never = s.words.take(0);
   if (!ok || lane->retreat < 0 || lane->never < 0) {
@@ -408,7 +427,7 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
       }
       for (CUevent e : lane.inFlight) cuEventDestroy(e);
       for (CUevent e : lane.spareEvents) cuEventDestroy(e);
-      if (lane.progress != 0) cuMemFree(lane.progress);
+      if (lane.progressSlot >= 0) s->progressUsed[static_cast<size_t>(lane.progressSlot)] = false;
       for (int word : {lane.retreat, lane.never}) s->words.give(word);
       it = s->endedLanes.erase(it);
     }
@@ -423,9 +442,14 @@ std::string PriorityPolicy::summary() const {
          std::to_string(profiles_.size()) + " kernel shapes learned";
 }
 
-std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, std::string& error) {
+std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, const std::vector<gpu::Gpu*>& gpus,
+                                   std::string& error) {
   if (config.policy == "passthrough") return std::make_unique<PassthroughPolicy>();
-  if (config.policy == "priority") return std::make_unique<PriorityPolicy>(config);
+  if (config.policy == "priority") {
+    auto policy = std::make_unique<PriorityPolicy>(config, gpus, error);
+    if (!error.empty()) return nullptr;
+    return policy;
+  }
   error = "unknown scheduler policy \"" + config.policy + "\" (expected \"passthrough\" or \"priority\")";
   return nullptr;
 }

@@ -47,7 +47,8 @@ class MappedWords {
 
 class PriorityPolicy final : public Policy {
  public:
-  explicit PriorityPolicy(SchedulerConfig config);
+  // Sets up every GPU (mapped words, PTB progress counters, PTB helpers); false with `error`.
+  PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, std::string& error);
   ~PriorityPolicy() override;
 
   const char* name() const override { return "priority"; }
@@ -65,7 +66,8 @@ class PriorityPolicy final : public Policy {
   // still on the GPU (an event after each). Only the tenant's own thread launches through it.
   struct Lane {
     uint64_t tenant = 0;
-    CUdeviceptr progress = 0;  // device u64
+    CUdeviceptr progress = 0;  // device u64, from the GPU's pool
+    int progressSlot = -1;
     int retreat = -1;          // mapped word: raised while HP runs
     int never = -1;            // mapped word, always 0: the retreat flag of a PTB launch's last run
     std::deque<CUevent> inFlight;
@@ -89,9 +91,12 @@ class PriorityPolicy final : public Policy {
     std::vector<std::unique_ptr<Lane>> endedLanes;    // of ending tenants, freed once released
     std::vector<Measurement> measuring;
     std::vector<std::pair<CUevent, CUevent>> eventPool;
+    CUdeviceptr progressPool = 0;           // one u64 PTB progress counter per lane slot
+    std::vector<bool> progressUsed;
   };
 
-  GpuState* stateFor(gpu::Gpu& g);  // created on first use; nullptr if it cannot be
+  GpuState* stateFor(gpu::Gpu& g);  // nullptr for a GPU the policy was not set up for
+  bool setUp(gpu::Gpu& g, std::string& error);
   Lane* laneFor(GpuState& s, const KernelLaunch& k);
   void closeGate(GpuState& s);
   void openGate(GpuState& s);
