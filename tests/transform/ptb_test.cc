@@ -2,6 +2,7 @@
 // every `ret`/`exit`, the barrier-aware rewrite, and what is refused.
 #include <gtest/gtest.h>
 
+#include "server/gpu/ptb_helpers_ptx.h"
 #include "server/transform/eligibility.h"
 #include "server/transform/parser.h"
 #include "server/transform/printer.h"
@@ -440,6 +441,24 @@ TEST(Ptb, RefusesBrokenBodiesAndParameterClashes) {
   VariantResult empty = makePtbKernel(entry(parse(".visible .entry k()\n{\n}\n")));
   ASSERT_TRUE(empty.ok) << empty.error;
   EXPECT_EQ(printStatement(empty.function.body.back()), "bra $__tally_next;");
+}
+
+}  // namespace
+}  // namespace tally::server::transform
+
+namespace tally::server::transform {
+namespace {
+
+// The helper kernels tallyd loads next to every PTB variant (retreat trigger, pause between
+// runs) are hand-written PTX: they must assemble for the GPUs tallyd supports.
+TEST(PtbHelpers, HandWrittenPtxAssembles) {
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    fs::path dir = test::scratchDir("ptb_helpers");
+    test::writeText(dir / "helpers.ptx", gpu::kPtbHelpersPtx);
+    test::CommandResult r = test::runCommand(test::quote(TALLY_TRANSFORM_PTXAS) + " -arch=" + arch + " " +
+                                             test::quote((dir / "helpers.ptx").string()) + " -o /dev/null");
+    EXPECT_EQ(r.status, 0) << arch << ": " << r.output;
+  }
 }
 
 }  // namespace
