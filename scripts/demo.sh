@@ -8,6 +8,9 @@
 #   4. run build/tests/gpu/gpu_vector_add with LD_PRELOAD=libtally_client.so, once over the
 #      Unix socket and once over TCP
 #   5. stop tallyd (SIGTERM) and print its log
+#   6. with a GPU: a short isolation pair (bench/isolation, 2 s per system: native, MPS-free
+#      systems only) — an inference-like HP client next to a training-like BE client, natively
+#      and through tallyd's priority policy — and print its table (TALLY_DEMO_ISOLATION=0 skips)
 #
 # Exit status: 0 the program ran on the GPU through tallyd over both transports;
 #              3 no GPU is visible to tallyd (tallyd and the client worked, and refused cleanly);
@@ -37,7 +40,8 @@ else
   generator=(-G Ninja)
 fi
 cmake -S . -B "$BUILD" "${generator[@]}" -DTALLY_BUILD_CUDA_PROGRAMS=ON || die "cmake configure failed"
-cmake --build "$BUILD" -j "$(nproc)" --target tallyd tally_client gpu_vector_add || die "build failed"
+cmake --build "$BUILD" -j "$(nproc)" --target tallyd tally_client gpu_vector_add hp_infer be_train_ptx be_train_sass ||
+  die "build failed"
 
 TALLYD=$PWD/$BUILD/server/tallyd
 CLIENT=$PWD/$BUILD/client/libtally_client.so
@@ -121,6 +125,12 @@ sed 's/^/  tallyd| /' "$LOG"
 echo
 if [[ ${RESULT[uds]} -eq 0 && ${RESULT[tcp]} -eq 0 ]]; then
   echo "demo: OK: gpu_vector_add ran on the GPU through tallyd over a Unix socket and over TCP"
+  if [[ ${TALLY_DEMO_ISOLATION:-1} != 0 ]]; then
+    step "isolation pair: HP inference-like client next to a BE training-like client (2 s per system)"
+    bench/isolation/run.sh "$BUILD" "$TMPD/isolation" --seconds 2 --repeats 1 \
+      --systems "native tally-passthrough tally-priority" || die "the isolation pair failed"
+    python3 bench/isolation/report.py "$TMPD/isolation/runs.jsonl"
+  fi
   exit 0
 fi
 if grep -qF "$NO_GPU_MSG" "$LOG"; then

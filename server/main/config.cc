@@ -186,7 +186,8 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "require_auth",   "tenant",            "transform",
                                                "cache_dir",      "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
-                                               "priority_transforms", "priority_stream_priorities"};
+                                               "priority_transforms", "priority_stream_priorities",
+                                               "priority_max_pause_us"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -216,6 +217,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   sched.gate = table["priority_gate"].value_or(sched.gate);
   sched.transforms = table["priority_transforms"].value_or(sched.transforms);
   sched.streamPriorities = table["priority_stream_priorities"].value_or(sched.streamPriorities);
+  sched.maxPauseMicros = table["priority_max_pause_us"].value_or(sched.maxPauseMicros);
   if (sched.policy != "passthrough" && sched.policy != "priority") {
     error = fmt::format("{}: policy = \"{}\": expected \"passthrough\" or \"priority\"", path, sched.policy);
     return false;
