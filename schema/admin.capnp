@@ -48,7 +48,10 @@ struct TenantStats {
   bytesDeviceToHost @5 :UInt64;
   slicedLaunches @6 :UInt64;      # launches run as kernel variants (server/transform)
   ptbLaunches @7 :UInt64;
-  preemptions @8 :UInt64;         # PTB retreat points set
+  preemptions @8 :UInt64;         # PTB retreat points set (stress mode)
+  heldLaunches @9 :UInt64;        # best-effort launches the scheduler held back ...
+  heldMicros @10 :UInt64;         # ... for this long in total ...
+  heldHistogram @11 :List(UInt64);  # ... < 10 µs, < 100 µs, < 1 ms, < 10 ms, longer
 }
 
 struct AdminReply {

@@ -124,6 +124,10 @@ void fillStats(wire::AdminReply::Builder reply, AdminState& state) {
     out.setSlicedLaunches(c.slicedLaunches.load(relaxed));
     out.setPtbLaunches(c.ptbLaunches.load(relaxed));
     out.setPreemptions(c.preemptions.load(relaxed));
+    out.setHeldLaunches(c.heldLaunches.load(relaxed));
+    out.setHeldMicros(c.heldMicros.load(relaxed));
+    auto histogram = out.initHeldHistogram(static_cast<unsigned>(c.heldHistogram.size()));
+    for (unsigned i = 0; i < c.heldHistogram.size(); ++i) histogram.set(i, c.heldHistogram[i].load(relaxed));
     out.setBytesHostToDevice(c.bytesHostToDevice.load(relaxed));
     out.setBytesDeviceToHost(c.bytesDeviceToHost.load(relaxed));
   }

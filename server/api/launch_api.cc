@@ -134,6 +134,9 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
   k.slicedLaunches = &counters.slicedLaunches;
   k.ptbLaunches = &counters.ptbLaunches;
   k.preemptions = &counters.preemptions;
+  k.heldLaunches = &counters.heldLaunches;
+  k.heldMicros = &counters.heldMicros;
+  k.heldHistogram = counters.heldHistogram.data();
   return k;
 }
 

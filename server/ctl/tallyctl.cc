@@ -111,12 +111,17 @@ void printTenants(capnp::List<tally::wire::TenantInfo>::Reader tenants) {
 
 void printStats(capnp::List<tally::wire::TenantStats>::Reader stats) {
   std::vector<std::vector<std::string>> rows{
-      {"ID", "NAME", "CALLS", "LAUNCHES", "SLICED", "PTB", "RETREATS", "H2D", "D2H"}};
+      {"ID", "NAME", "CALLS", "LAUNCHES", "SLICED", "PTB", "RETREATS", "HELD", "HELD<10us/100us/1ms/10ms/more",
+       "H2D", "D2H"}};
   for (auto t : stats) {
+    std::string histogram;
+    for (uint64_t n : t.getHeldHistogram()) histogram += (histogram.empty() ? "" : "/") + std::to_string(n);
     rows.push_back({std::to_string(t.getId()), t.getName(), std::to_string(t.getCalls()),
                     std::to_string(t.getLaunches()), std::to_string(t.getSlicedLaunches()),
                     std::to_string(t.getPtbLaunches()), std::to_string(t.getPreemptions()),
-                    bytesText(t.getBytesHostToDevice()), bytesText(t.getBytesDeviceToHost())});
+                    fmt::format("{} ({:.1f} ms)", t.getHeldLaunches(), t.getHeldMicros() / 1000.0),
+                    histogram.empty() ? "-" : histogram, bytesText(t.getBytesHostToDevice()),
+                    bytesText(t.getBytesDeviceToHost())});
   }
   printTable(rows);
 }

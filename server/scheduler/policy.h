@@ -49,6 +49,9 @@ struct KernelLaunch {
   std::atomic<uint64_t>* slicedLaunches = nullptr;
   std::atomic<uint64_t>* ptbLaunches = nullptr;
   std::atomic<uint64_t>* preemptions = nullptr;
+  std::atomic<uint64_t>* heldLaunches = nullptr;   // launches the policy held back ...
+  std::atomic<uint64_t>* heldMicros = nullptr;     // ... for this long in total ...
+  std::atomic<uint64_t>* heldHistogram = nullptr;  // ... distributed: 5 counters, < 10 µs … ≥ 10 ms
 };
 
 class Policy {

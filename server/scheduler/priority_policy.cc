@@ -41,6 +41,15 @@ uint64_t waveBlocks(CUfunction f, const gpu::Gpu& g, const gpu::LaunchShape& sha
   return uint64_t(std::max(perSm, 0)) * g.multiprocessors();
 }
 
+// Counts a launch held back for `micros` in the tenant's counters (tallyctl stats).
+void countHeld(const KernelLaunch& k, double micros) {
+  if (k.heldLaunches == nullptr || micros < 1) return;
+  k.heldLaunches->fetch_add(1, std::memory_order_relaxed);
+  k.heldMicros->fetch_add(static_cast<uint64_t>(micros), std::memory_order_relaxed);
+  size_t bucket = micros < 10 ? 0 : micros < 100 ? 1 : micros < 1000 ? 2 : micros < 10000 ? 3 : 4;
+  k.heldHistogram[bucket].fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 // ---- mapped words ------------------------------------------------------------------------------
@@ -231,7 +240,8 @@ PriorityPolicy::Lane* PriorityPolicy::laneFor(GpuState& s, const KernelLaunch& k
   return slot.get();
 }
 
-void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, bool gated) {
+void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bool gated) {
+  const auto started = std::chrono::steady_clock::now();
   // This thread polls at microsecond steps: without this its sleeps last 50 µs or more.
   thread_local bool slackSet = (prctl(PR_SET_TIMERSLACK, 1000UL), true);
   (void)slackSet;
@@ -254,6 +264,7 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, bool gated) {
     lane.spareEvents.push_back(lane.inFlight.front());
     lane.inFlight.pop_front();
   }
+  countHeld(k, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
 }
 
 void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
@@ -301,7 +312,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       if (k.slicedLaunches != nullptr) k.slicedLaunches->fetch_add(1, std::memory_order_relaxed);
       const uint64_t total = k.shape.blocks(), per = gpu::sliceSize(total, choice.slices);
       for (uint64_t offset = 0; offset < total; offset += per) {
-        waitTurn(*s, *lane, true);  // HP work may come between slices
+        waitTurn(*s, *lane, k, true);  // HP work may come between slices
         auto count = static_cast<uint32_t>(std::min(per, total - offset));
         if (CUresult r = gpu::launchSliceRange(k.sliced, k.shape, k.stream, kernelParams, offset, count);
             r != CUDA_SUCCESS) {
@@ -313,7 +324,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     }
     case VariantKind::kPtb: {
       if (k.ptbLaunches != nullptr) k.ptbLaunches->fetch_add(1, std::memory_order_relaxed);
-      waitTurn(*s, *lane, true);
+      waitTurn(*s, *lane, k, true);
       gpu::PtbControl control{lane->progress, s->words.device(lane->retreat)};
       CUresult r = gpu::launchPtbResumable(k.ptb, k.shape, k.stream, kernelParams, {choice.workers, choice.chunk},
                                            control, s->words.device(lane->never), *k.gpu->ptbHelpers(), kPtbResumes,
@@ -324,7 +335,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     case VariantKind::kOriginal:
       break;
   }
-  waitTurn(*s, *lane, !choice.besideHp);
+  waitTurn(*s, *lane, k, !choice.besideHp);
   Measurement m;
   if (choice.measure) {
     std::lock_guard lock(mutex_);

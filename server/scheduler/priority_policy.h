@@ -104,7 +104,7 @@ class PriorityPolicy final : public Policy {
   CUresult launchBestEffort(const KernelLaunch& k);
   // Waits until this BE tenant may queue a kernel: few of its kernels on the GPU, and the gate
   // open unless the kernel runs beside HP work.
-  void waitTurn(GpuState& s, Lane& lane, bool gated);
+  void waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bool gated);
   void markInFlight(Lane& lane, CUstream stream);
   void markHpWork(GpuState& s, StreamKey key, CUstream stream);
   void monitor();

@@ -13,6 +13,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -81,6 +82,11 @@ struct TenantCounters {
   std::atomic<uint64_t> slicedLaunches{0};  // launches run as sliced / PTB kernel variants
   std::atomic<uint64_t> ptbLaunches{0};
   std::atomic<uint64_t> preemptions{0};     // PTB retreat points set (one set after the grid is done stops nothing)
+  // Best-effort launches the scheduler held back (gate closed, or two kernels still running),
+  // their total wait, and its distribution: < 10 µs, < 100 µs, < 1 ms, < 10 ms, longer.
+  std::atomic<uint64_t> heldLaunches{0};
+  std::atomic<uint64_t> heldMicros{0};
+  std::array<std::atomic<uint64_t>, 5> heldHistogram{};
 };
 
 struct HostMapping {
