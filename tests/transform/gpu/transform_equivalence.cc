@@ -596,7 +596,7 @@ int main(int argc, char** argv) {
   try {
     Device d;
     if (std::string why = openDevice(d); !why.empty()) {
-      std::printf("SKIPPED: %s\n", why.c_str());
+      std::printf("SKIP: %s\n", why.c_str());
       return kExitSkip;
     }
     return runAll(options, d);
