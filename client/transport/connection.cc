@@ -1,5 +1,7 @@
 #include "client/transport/connection.h"
 
+#include "common/tls/tls_pipe.h"
+
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
@@ -7,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 namespace tally::client {
@@ -42,6 +45,33 @@ Connection::~Connection() {
   ::close(fd_);
 }
 
+namespace {
+
+std::string envOrEmpty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+}  // namespace
+
+// TLS 1.3 to a tls:// tallyd: the server's certificate must chain to TALLY_CA and name the host
+// (or TALLY_TLS_NAME); TALLY_CERT/TALLY_KEY add a client certificate. Returns the plaintext fd.
+int Connection::startTls(const address::Endpoint& endpoint, int fd, std::string& error) {
+  std::string name = envOrEmpty("TALLY_TLS_NAME");
+  tls::ClientConfig config{envOrEmpty("TALLY_CA"), envOrEmpty("TALLY_CERT"), envOrEmpty("TALLY_KEY"),
+                           name.empty() ? endpoint.host : name};
+  std::string why;
+  std::unique_ptr<tls::Context> context = tls::Context::forClient(config, why);
+  if (!context) {
+    ::close(fd);
+    error = "cannot reach tallyd at " + endpoint.toString() + ": " + why;
+    return -1;
+  }
+  tls::Session session = tls::start(*context, fd, 10000, why);
+  if (session.plainFd < 0) error = "cannot reach tallyd at " + endpoint.toString() + ": " + why;
+  return session.plainFd;
+}
+
 std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, const std::string& tenantName,
                                              wire::PriorityClass priority, std::string& error) {
   // tallyd may be starting: retry refused/absent sockets for a few seconds, then give up.
@@ -59,6 +89,10 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
     return nullptr;
   }
   address::tuneConnectedSocket(fd);
+  if (endpoint.kind == address::Endpoint::Kind::kTls) {
+    fd = startTls(endpoint, fd, error);
+    if (fd < 0) return nullptr;
+  }
   std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString()));
   if (!c->handshake(tenantName, priority, error)) return nullptr;
   // Poll briefly before sleeping: replies to syncs then arrive without a wake-up.

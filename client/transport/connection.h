@@ -92,6 +92,7 @@ class Connection {
   CUresult writeLocked(std::span<const iovec> parts);
   CUresult flushLocked();
   void runFlusher();
+  static int startTls(const address::Endpoint& endpoint, int fd, std::string& error);
   bool handshake(const std::string& tenantName, wire::PriorityClass priority, std::string& error);
   void receive();
   bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);

@@ -17,7 +17,8 @@
 namespace tally::address {
 
 std::string Endpoint::toString() const {
-  return kind == Kind::kUnix ? "unix:" + path : fmt::format("tcp://{}:{}", host, port);
+  if (kind == Kind::kUnix) return "unix:" + path;
+  return fmt::format("{}://{}:{}", kind == Kind::kTls ? "tls" : "tcp", host, port);
 }
 
 std::optional<Endpoint> parseEndpoint(const std::string& text, std::string& error) {
@@ -30,11 +31,12 @@ std::optional<Endpoint> parseEndpoint(const std::string& text, std::string& erro
     }
     return Endpoint{Endpoint::Kind::kUnix, path, {}, 0};
   }
-  if (text.rfind("tcp://", 0) == 0) {
+  const bool tls = text.rfind("tls://", 0) == 0;
+  if (tls || text.rfind("tcp://", 0) == 0) {
     std::string rest = text.substr(6);
     size_t colon = rest.rfind(':');
     if (colon == std::string::npos || colon == 0) {
-      error = fmt::format("expected tcp://HOST:PORT, got '{}'", text);
+      error = fmt::format("expected {}://HOST:PORT, got '{}'", tls ? "tls" : "tcp", text);
       return std::nullopt;
     }
     std::string host = rest.substr(0, colon);
@@ -46,9 +48,9 @@ std::optional<Endpoint> parseEndpoint(const std::string& text, std::string& erro
       error = fmt::format("bad port in '{}'", text);
       return std::nullopt;
     }
-    return Endpoint{Endpoint::Kind::kTcp, {}, host, static_cast<uint16_t>(port)};
+    return Endpoint{tls ? Endpoint::Kind::kTls : Endpoint::Kind::kTcp, {}, host, static_cast<uint16_t>(port)};
   }
-  error = fmt::format("unknown endpoint '{}': use unix:/path or tcp://host:port", text);
+  error = fmt::format("unknown endpoint '{}': use unix:/path, tls://host:port or tcp://host:port", text);
   return std::nullopt;
 }
 

@@ -1,4 +1,5 @@
-// "unix:/path" and "tcp://host:port" endpoint strings, and blocking socket helpers.
+// "unix:/path", "tls://host:port" and "tcp://host:port" endpoint strings, and blocking socket
+// helpers. tls:// is TCP carrying TLS 1.3 (common/tls); tcp:// is plain, for loopback testing.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +9,10 @@
 namespace tally::address {
 
 struct Endpoint {
-  enum class Kind { kUnix, kTcp } kind;
+  enum class Kind { kUnix, kTcp, kTls } kind;
   std::string path;   // kUnix
-  std::string host;   // kTcp
-  uint16_t port = 0;  // kTcp
+  std::string host;   // kTcp, kTls
+  uint16_t port = 0;  // kTcp, kTls
 
   std::string toString() const;
 };

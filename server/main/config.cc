@@ -187,7 +187,8 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "cache_dir",      "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
                                                "priority_transforms", "priority_stream_priorities",
-                                               "priority_max_pause_us"};
+                                               "priority_max_pause_us", "tls_cert", "tls_key", "tls_client_ca",
+                                               "allow_plain_tcp"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -201,6 +202,10 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
     }
   }
   config.logLevel = table["log_level"].value_or(config.logLevel);
+  config.tlsCert = table["tls_cert"].value_or(config.tlsCert);
+  config.tlsKey = table["tls_key"].value_or(config.tlsKey);
+  config.tlsClientCa = table["tls_client_ca"].value_or(config.tlsClientCa);
+  config.allowPlainTcp = table["allow_plain_tcp"].value_or(config.allowPlainTcp);
   config.unixSocketMode = table["unix_socket_mode"].value_or(config.unixSocketMode);
   config.moduleCacheBytes = table["module_cache_bytes"].value_or(config.moduleCacheBytes);
   config.maxMessageBytes = table["max_message_bytes"].value_or(config.maxMessageBytes);

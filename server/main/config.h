@@ -16,6 +16,8 @@ struct Config {
   std::string adminSocket = "/run/tally/tallyd-admin.sock";  // control socket path; empty: none
   std::string logLevel = "info";
   unsigned unixSocketMode = 0660;
+  std::string tlsCert, tlsKey, tlsClientCa;  // tls:// listeners: PEM files; client_ca requires client certificates
+  bool allowPlainTcp = false;               // tcp:// listeners on non-loopback addresses
   uint64_t moduleCacheBytes = 4ull << 30;
   uint32_t maxMessageBytes = 1u << 20;
   uint32_t maxBulkBytes = 64u << 20;

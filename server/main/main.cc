@@ -34,9 +34,10 @@ class SessionRegistry final : public transport::ConnectionSink, public admin::Se
       : services_(services), draining_(draining) {}
 
   // tally::server::transport::ConnectionSink
-  void onConnection(int fd, std::string peer) override {
+  void onConnection(int fd, transport::Peer peer) override {
     uint64_t id = nextTenantId_++;
-    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer)}, services_, id, draining_);
+    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer.description), peer.unixSocket},
+                                                services_, id, draining_);
     {
       std::lock_guard lock(mutex_);
       sessions_.emplace(id, s);
@@ -72,6 +73,10 @@ class SessionRegistry final : public transport::ConnectionSink, public admin::Se
   std::mutex mutex_;
   std::map<uint64_t, std::shared_ptr<session::Session>> sessions_;
 };
+
+bool isLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 // A crash of tallyd takes every tenant with it: leave a backtrace in the journal.
 void onFatalSignal(int signum) {
@@ -110,6 +115,10 @@ int run(int argc, char** argv) {
   app.add_option("--listen", listen, "unix:/path or tcp://host:port (repeatable; overrides the file)");
   app.add_option("--admin", admin, "control socket for tallyctl: unix:PATH, or \"\" for none (overrides the file)");
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error");
+  std::string tlsCert, tlsKey, tlsClientCa;
+  app.add_option("--tls-cert", tlsCert, "PEM certificate (chain) for tls:// listeners (overrides the file)");
+  app.add_option("--tls-key", tlsKey, "PEM private key of --tls-cert (overrides the file)");
+  app.add_option("--tls-client-ca", tlsClientCa, "PEM CA: tls:// clients must present a certificate it signed");
   CLI11_PARSE(app, argc, argv);
 
   Config config;
@@ -125,6 +134,9 @@ int run(int argc, char** argv) {
   }
   if (!logLevel.empty()) config.logLevel = logLevel;
   if (!transformMode.empty()) config.transform = transformMode;
+  if (!tlsCert.empty()) config.tlsCert = tlsCert;
+  if (!tlsKey.empty()) config.tlsKey = tlsKey;
+  if (!tlsClientCa.empty()) config.tlsClientCa = tlsClientCa;
   if (!cacheDir.empty()) config.cacheDir = cacheDir;
   if (!policy.empty()) config.scheduler.policy = policy;
   if (budget) config.scheduler.budgetMicros = *budget;
@@ -143,7 +155,19 @@ int run(int argc, char** argv) {
       spdlog::error("{}", error);
       return 2;
     }
+    if (endpoint->kind == address::Endpoint::Kind::kTcp && !isLoopback(endpoint->host) && !config.allowPlainTcp) {
+      spdlog::error("{}: plain TCP carries tokens and data in clear; use tls://, or a loopback address, or set "
+                    "allow_plain_tcp = true", text);
+      return 2;
+    }
     listenOptions.endpoints.push_back(*endpoint);
+  }
+  if (!config.tlsCert.empty() || !config.tlsKey.empty()) {
+    listenOptions.tls = tls::Context::forServer({config.tlsCert, config.tlsKey, config.tlsClientCa}, error);
+    if (!listenOptions.tls) {
+      spdlog::error("TLS: {}", error);
+      return 2;
+    }
   }
 
   std::vector<std::unique_ptr<gpu::Gpu>> gpus = gpu::Gpu::openAll(error);

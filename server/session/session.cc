@@ -72,8 +72,10 @@ void describeDevices(wire::Welcome::Builder welcome, const std::vector<gpu::Gpu*
 
 namespace {
 
-// SO_PEERCRED uid of a Unix-socket peer; nullopt for TCP (or when the kernel says nothing).
-std::optional<uint32_t> unixPeerUid(int fd) {
+// SO_PEERCRED uid of a Unix-socket peer; nullopt for TCP and TLS (a TLS peer's fd is a local
+// socketpair whose credentials are tallyd's own), or when the kernel says nothing.
+std::optional<uint32_t> unixPeerUid(int fd, const PeerInfo& peer) {
+  if (!peer.unixSocket) return std::nullopt;
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.ss_family != AF_UNIX) return std::nullopt;
@@ -96,7 +98,7 @@ std::optional<Session::Admission> Session::admit(wire::Hello::Reader hello) {
   if (claimed.empty()) claimed = fmt::format("pid{}", hello.getClientPid());
   auto token = hello.getAuthToken();
   AuthResult auth = authenticate(services_.auth, std::span<const uint8_t>(token.begin(), token.size()),
-                                 unixPeerUid(fd_));
+                                 unixPeerUid(fd_, peer_));
   if (!auth.error.empty()) {
     refuse(auth.error, fmt::format(" (client names itself '{}')", claimed));
     return std::nullopt;
@@ -174,7 +176,7 @@ bool Session::greet(frame::IncomingFrame& frame) {
   int driverVersion = 0;
   cuDriverGetVersion(&driverVersion);
   welcome.setDriverVersion(driverVersion);
-  welcome.setSharedHostMemory(peer_.description.rfind("unix", 0) == 0);
+  welcome.setSharedHostMemory(peer_.unixSocket);
   describeDevices(welcome, services_.gpus);
   outbox_->send(reply);
   return true;

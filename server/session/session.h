@@ -15,7 +15,8 @@
 namespace tally::server::session {
 
 struct PeerInfo {
-  std::string description;  // "unix pid=123 uid=0" or "tcp 127.0.0.1:5555"
+  std::string description;  // "unix pid=123 uid=0", "tcp 127.0.0.1:5555" or "tls 127.0.0.1:5555 /CN=…"
+  bool unixSocket = false;  // SO_PEERCRED and shared host memory (fd passing) apply only then
 };
 
 class Session : public std::enable_shared_from_this<Session> {

@@ -10,9 +10,12 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 namespace tally::server::transport {
 
@@ -22,6 +25,9 @@ struct Listener::State {
   uv_loop_t loop{};
   std::vector<std::unique_ptr<uv_stream_t, void (*)(uv_stream_t*)>> servers;
   std::vector<std::string> unixPaths;
+  std::vector<uv_stream_t*> tlsServers;
+  // Cleared when the loop stops: a TLS handshake that ends later drops its connection.
+  std::shared_ptr<std::atomic<bool>> accepting = std::make_shared<std::atomic<bool>>(true);
   uv_signal_t sigint{};
   uv_signal_t sigterm{};
   uv_async_t stopAsync{};
@@ -97,7 +103,29 @@ void onConnection(uv_stream_t* server, int status) {
     return;
   }
   address::tuneConnectedSocket(fd);
-  state->sink.onConnection(fd, describePeer(fd, isUnix));
+  Peer peer{describePeer(fd, isUnix), isUnix, {}};
+  if (std::find(state->tlsServers.begin(), state->tlsServers.end(), server) == state->tlsServers.end()) {
+    state->sink.onConnection(fd, std::move(peer));
+    return;
+  }
+  // The handshake blocks (up to 10 s): not on the loop.
+  std::thread([&sink = state->sink, accepting = state->accepting, tls = state->options.tls, fd,
+               peer = std::move(peer)]() mutable {
+    std::string error;
+    tls::Session session = tls::start(*tls, fd, 10000, error);
+    peer.description = "tls" + peer.description.substr(3);  // "tcp HOST:PORT" -> "tls HOST:PORT"
+    if (session.plainFd < 0) {
+      spdlog::warn("{}: refused: {}", peer.description, error);
+      return;
+    }
+    peer.tlsSubject = session.peerSubject;
+    if (!peer.tlsSubject.empty()) peer.description += " " + peer.tlsSubject;
+    if (!accepting->load()) {
+      ::close(session.plainFd);
+      return;
+    }
+    sink.onConnection(session.plainFd, std::move(peer));
+  }).detach();
 }
 
 int bindUnix(Listener::State& state, const address::Endpoint& e, uv_stream_t*& out) {
@@ -125,6 +153,7 @@ int bindTcp(Listener::State& state, const address::Endpoint& e, uv_stream_t*& ou
 }
 
 void stopLoop(Listener::State& state) {
+  state.accepting->store(false);
   state.sink.onStop();
   for (auto& server : state.servers) closeHandle(server.release());
   state.servers.clear();
@@ -156,6 +185,11 @@ bool Listener::bind(std::string& error) {
     if (server != nullptr) {
       server->data = state_.get();
       state_->servers.emplace_back(server, closeHandle);
+      if (e.kind == address::Endpoint::Kind::kTls) state_->tlsServers.push_back(server);
+    }
+    if (e.kind == address::Endpoint::Kind::kTls && !state_->options.tls) {
+      error = fmt::format("cannot listen on {}: no TLS certificate configured (tls_cert, tls_key)", e.toString());
+      return false;
     }
     if (rc == 0) rc = uv_listen(server, 128, onConnection);
     if (rc != 0) {

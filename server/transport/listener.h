@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/address/address.h"
+#include "common/tls/tls_pipe.h"
 
 #include <functional>
 #include <memory>
@@ -12,11 +13,19 @@
 
 namespace tally::server::transport {
 
+// Who is at the other end of a connection.
+struct Peer {
+  std::string description;  // "unix pid=… uid=… gid=…", "tcp HOST:PORT" or "tls HOST:PORT [subject]"
+  bool unixSocket = false;  // a real Unix-socket peer: SO_PEERCRED and fd passing apply
+  std::string tlsSubject;   // the verified client certificate's subject (tls:// with client_ca)
+};
+
 class ConnectionSink {
  public:
   virtual ~ConnectionSink() = default;
-  // `fd` is a blocking, connected stream socket now owned by the sink.
-  virtual void onConnection(int fd, std::string peerDescription) = 0;
+  // `fd` is a blocking, connected stream socket now owned by the sink (for a tls:// peer, the
+  // plaintext end of its TLS pump). Called on the loop thread, or on a TLS handshake thread.
+  virtual void onConnection(int fd, Peer peer) = 0;
   // Called on the loop thread when tallyd is asked to stop.
   virtual void onStop() = 0;
 };
@@ -24,6 +33,7 @@ class ConnectionSink {
 struct ListenOptions {
   std::vector<address::Endpoint> endpoints;
   unsigned unixSocketMode = 0660;
+  std::shared_ptr<const tls::Context> tls;  // required by tls:// endpoints
 };
 
 class Listener {

@@ -540,6 +540,118 @@ case_operations_no_socket() {
   ctl_refused "cannot reach tallyd's control socket at $ADMIN_SOCK: "
 }
 
+# ---- TLS ------------------------------------------------------------------------------------
+
+# make_certs DIR: a CA, a second (wrong) CA, a server certificate for localhost signed by the CA,
+# the same signed by the wrong CA, a self-signed one, an expired one, and a client certificate.
+make_certs() {
+  local d=$1
+  mkdir -p "$d/db/new" && : >"$d/db/index.txt" && echo 01 >"$d/db/serial"
+  ossl() { openssl "$@" 2>>"$d/openssl.log" || fail "openssl $1 failed (see $d/openssl.log)"; }
+  for ca in ca wrong; do
+    ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=tally test $ca" \
+      -keyout "$d/$ca.key" -out "$d/$ca.pem"
+  done
+  local ext="subjectAltName=DNS:localhost,IP:127.0.0.1"
+  for name in server client; do
+    ossl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=tally-$name" -addext "$ext" \
+      -keyout "$d/$name.key" -out "$d/$name.csr"
+    ossl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 -copy_extensions copy \
+      -out "$d/$name.pem"
+  done
+  ossl x509 -req -in "$d/server.csr" -CA "$d/wrong.pem" -CAkey "$d/wrong.key" -CAcreateserial -days 2 \
+    -copy_extensions copy -out "$d/server-wrong.pem"
+  ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=localhost" -addext "$ext" \
+    -keyout "$d/self.key" -out "$d/self.pem"
+  cat >"$d/ca.cnf" <<EOF_CA
+[ca]
+default_ca = test
+[test]
+database = $d/db/index.txt
+new_certs_dir = $d/db/new
+serial = $d/db/serial
+default_md = sha256
+policy = any
+copy_extensions = copy
+[any]
+commonName = supplied
+EOF_CA
+  ossl ca -batch -config "$d/ca.cnf" -cert "$d/ca.pem" -keyfile "$d/ca.key" -in "$d/server.csr" \
+    -startdate 20200101000000Z -enddate 20200102000000Z -out "$d/expired.pem"
+}
+
+TLS_PORT=""
+start_tls_tallyd() {  # start_tls_tallyd CERT KEY [EXTRA_ARGS...]
+  local cert=$1 key=$2
+  shift 2
+  TLS_PORT=$(pick_port) || fail "no free TCP port"
+  start_tallyd --tls-cert "$cert" --tls-key "$key" --listen "tls://127.0.0.1:$TLS_PORT" "$@"
+  local deadline=$(($(now_ms) + 5000))
+  until tcp_listening "$TLS_PORT"; do
+    (($(now_ms) < deadline)) || fail "tallyd did not listen on tls://127.0.0.1:$TLS_PORT"
+    sleep 0.05
+  done
+}
+
+case_security_tls() {
+  need_program
+  command -v openssl >/dev/null || fail "openssl (the command) is needed to make test certificates"
+  local c=$TMPD/certs
+  make_certs "$c"
+  pass "test certificates made"
+
+  start_tls_tallyd "$c/server.pem" "$c/server.key"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem")
+  expect_past_auth tls-ok "tls://localhost:$TLS_PORT"
+  expect_log "tls 127\.0\.0\.1:[0-9]+" "a TLS peer"
+  CLIENT_ENV=(TALLY_CA="$c/wrong.pem")
+  expect_refused tls-wrong-ca "tls://localhost:$TLS_PORT" "unable to get local issuer certificate"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem" TALLY_TLS_NAME=not-the-server)
+  expect_refused tls-wrong-name "tls://localhost:$TLS_PORT" "TLS: "
+  CLIENT_ENV=()
+  expect_refused tls-no-ca "tls://localhost:$TLS_PORT" "needs TALLY_CA"
+  expect_refused plain-to-tls "tcp://127.0.0.1:$TLS_PORT" "tallyd"
+  expect_log "tls 127\\.0\\.0\\.1:[0-9]+: refused: TLS handshake" "failed TLS handshakes, with the peer"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem")
+  expect_past_auth tls-after-garbage "tls://localhost:$TLS_PORT"
+  assert_tallyd_alive "after the TLS failures"
+  stop_tallyd
+
+  for bad in server-wrong:unable self:self-signed expired:expired; do
+    local cert=${bad%%:*} text=${bad#*:}
+    local key=$c/server.key
+    [[ $cert == self ]] && key=$c/self.key
+    start_tls_tallyd "$c/$cert.pem" "$key"
+    CLIENT_ENV=(TALLY_CA="$c/ca.pem")
+    expect_refused "tls-$cert" "tls://localhost:$TLS_PORT" "$text"
+    stop_tallyd
+  done
+
+  # Mutual TLS: a client certificate signed by the client CA is required.
+  start_tls_tallyd "$c/server.pem" "$c/server.key" --tls-client-ca "$c/ca.pem"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem")
+  expect_refused mtls-no-cert "tls://localhost:$TLS_PORT" "tallyd"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem" TALLY_CERT="$c/client.pem" TALLY_KEY="$c/client.key")
+  expect_past_auth mtls-ok "tls://localhost:$TLS_PORT"
+  expect_log "tls 127\.0\.0\.1:[0-9]+ .*CN=tally-client" "the client certificate's subject"
+  stop_tallyd
+
+  # Tokens and priorities work over TLS as over any transport.
+  write_config "$TMPD/tallyd.toml" "require_auth = true"
+  start_tls_tallyd "$c/server.pem" "$c/server.key" --config "$TMPD/tallyd.toml"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem" TALLY_TOKEN="not-a-known-token")
+  expect_refused tls-bad-token "tls://localhost:$TLS_PORT" "unknown token"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem" TALLY_TOKEN="$TOKEN_B" TALLY_PRIORITY=high)
+  expect_refused tls-disallowed-priority "tls://localhost:$TLS_PORT" "priority"
+  stop_tallyd
+
+  # Plain TCP is for loopback only unless allowed explicitly.
+  "$TALLYD" --listen "tcp://0.0.0.0:$(pick_port)" --admin "" >"$TMPD/plain.log" 2>&1 && fail "tallyd served plain TCP on 0.0.0.0"
+  grep -q "plain TCP carries tokens and data in clear" "$TMPD/plain.log" || fail "no reason given for refusing plain TCP"
+  pass "tallyd refuses a non-loopback plain-TCP listener: $(grep -o 'plain TCP[^;]*' "$TMPD/plain.log" | head -n 1)"
+  CLIENT_ENV=()
+}
+
 case $CASE in
   no_server) case_no_server ;;
   no_gpu) case_no_gpu ;;
@@ -551,6 +663,7 @@ case $CASE in
   security_cap_priority) case_security_cap_priority ;;
   security_uid_rule) case_security_uid_rule ;;
   security_bad_config) case_security_bad_config ;;
+  security_tls) case_security_tls ;;
   operations_status) case_operations_status ;;
   operations_drain) case_operations_drain ;;
   operations_evict) case_operations_evict ;;
