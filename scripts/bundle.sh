@@ -17,14 +17,16 @@
 #
 # It (re)configures build/ only if it was never configured, builds tallyd and the client,
 # and runs `cmake --install build --prefix PREFIX` (the build's own CMAKE_INSTALL_PREFIX is
-# left alone).
+# left alone). `ninja bundle` runs it on its own build tree (TALLY_BUNDLE_BUILD_DIR,
+# TALLY_BUNDLE_NO_BUILD=1): BUILD/tally-bundle.tar.gz. The tree also holds tallyctl,
+# tally-ptx, share/tally/systemd/tallyd.service, share/tally/tallyd.toml and the docs.
 set -euo pipefail
 
 [[ $# -ge 1 && $# -le 2 ]] || { echo "usage: $0 PREFIX [TARBALL]" >&2; exit 2; }
 TARBALL=$(realpath -m -- "${2:-tally-bundle.tar.gz}")
 PREFIX=$(realpath -m -- "$1")
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-BUILD=build
+BUILD=${TALLY_BUNDLE_BUILD_DIR:-build}
 BUNDLED_LIBS='^lib(capnp|kj|uv|spdlog|fmt|zstd|lz4|xxhash|tomlplusplus|nvJitLink)[-.]'
 
 say() { printf 'bundle: %s\n' "$*"; }
@@ -36,10 +38,13 @@ if [[ -e $PREFIX ]] && [[ -n $(ls -A "$PREFIX") ]] && [[ ! -x $PREFIX/bin/tallyd
   die "$PREFIX exists, is not empty and holds no earlier bundle: refusing to empty it"
 fi
 
-if [[ ! -f $BUILD/CMakeCache.txt ]]; then
-  cmake -S . -B "$BUILD" -G Ninja
+# Under `ninja bundle` (TALLY_BUNDLE_NO_BUILD=1) the build is ninja's own business.
+if [[ -z ${TALLY_BUNDLE_NO_BUILD:-} ]]; then
+  if [[ ! -f $BUILD/CMakeCache.txt ]]; then
+    cmake -S . -B "$BUILD" -G Ninja
+  fi
+  cmake --build "$BUILD" -j "$(nproc)" --target tallyd tallyctl tally_client tally-ptx
 fi
-cmake --build "$BUILD" -j "$(nproc)" --target tallyd tally_client
 
 rm -rf "$PREFIX"
 cmake --install "$BUILD" --prefix "$PREFIX"

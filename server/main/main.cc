@@ -119,6 +119,9 @@ int run(int argc, char** argv) {
   app.add_option("--tls-cert", tlsCert, "PEM certificate (chain) for tls:// listeners (overrides the file)");
   app.add_option("--tls-key", tlsKey, "PEM private key of --tls-cert (overrides the file)");
   app.add_option("--tls-client-ca", tlsClientCa, "PEM CA: tls:// clients must present a certificate it signed");
+  bool checkConfig = false;
+  app.add_flag("--check-config", checkConfig,
+               "check the configuration (file, flags, listeners) and exit: 0 if tallyd would start with it");
   CLI11_PARSE(app, argc, argv);
 
   Config config;
@@ -164,10 +167,19 @@ int run(int argc, char** argv) {
   }
   if (!config.tlsCert.empty() || !config.tlsKey.empty()) {
     listenOptions.tls = tls::Context::forServer({config.tlsCert, config.tlsKey, config.tlsClientCa}, error);
-    if (!listenOptions.tls) {
+    if (!listenOptions.tls && !checkConfig) {
       spdlog::error("TLS: {}", error);
       return 2;
     }
+  }
+  if (checkConfig) {
+    // The certificate files may live only on the GPU host: say so, but the syntax is what counts.
+    if (!config.tlsCert.empty() && !listenOptions.tls) spdlog::warn("TLS files not usable here: {}", error);
+    std::printf("tallyd: configuration OK (%zu listener%s, policy %s, transform %s, %zu tenant rule%s)\n",
+                listenOptions.endpoints.size(), listenOptions.endpoints.size() == 1 ? "" : "s",
+                config.scheduler.policy.c_str(), config.transform.c_str(), config.auth.tenants.size(),
+                config.auth.tenants.size() == 1 ? "" : "s");
+    return 0;
   }
 
   std::vector<std::unique_ptr<gpu::Gpu>> gpus = gpu::Gpu::openAll(error);
