@@ -67,19 +67,6 @@ bool someoneListens(const sockaddr_un& addr) {
 }
 
 // Only the admitted sessions are tenants (a peer still in its handshake is not one yet).
-struct Admitted {
-  std::shared_ptr<session::Session> session;
-  const session::Tenant* tenant;
-};
-
-std::vector<Admitted> admitted(SessionSource& source) {
-  std::vector<Admitted> out;
-  for (auto& s : source.liveSessions()) {
-    if (const session::Tenant* t = s->admittedTenant()) out.push_back({s, t});
-  }
-  return out;
-}
-
 void fillStatus(wire::ServerStatus::Builder status, AdminState& state) {
   status.setVersion(TALLY_VERSION);
   auto uptime = std::chrono::steady_clock::now() - state.startedAt;
@@ -273,6 +260,14 @@ void AdminServer::handle(int fd) {
   kj::Array<capnp::word> words = frame::flatten(message);
   status = frame::writeFrame(fd, words, {});
   if (!status.ok) spdlog::warn("admin {}: reply not sent: {}", who, status.error);
+}
+
+std::vector<Admitted> admitted(SessionSource& source) {
+  std::vector<Admitted> out;
+  for (auto& s : source.liveSessions()) {
+    if (const session::Tenant* t = s->admittedTenant()) out.push_back({s, t});
+  }
+  return out;
 }
 
 }  // namespace tally::server::admin

@@ -27,6 +27,13 @@ class SessionSource {
   virtual std::vector<std::shared_ptr<session::Session>> liveSessions() = 0;
 };
 
+// A live session whose handshake admitted its tenant (the session keeps the tenant alive).
+struct Admitted {
+  std::shared_ptr<session::Session> session;
+  const session::Tenant* tenant;
+};
+std::vector<Admitted> admitted(SessionSource& source);
+
 struct AdminState {
   std::vector<std::string> gpuNames;
   std::chrono::steady_clock::time_point startedAt;

@@ -188,7 +188,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
                                                "priority_transforms", "priority_stream_priorities",
                                                "priority_max_pause_us", "tls_cert", "tls_key", "tls_client_ca",
-                                               "allow_plain_tcp"};
+                                               "allow_plain_tcp", "metrics_listen"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -206,6 +206,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.tlsKey = table["tls_key"].value_or(config.tlsKey);
   config.tlsClientCa = table["tls_client_ca"].value_or(config.tlsClientCa);
   config.allowPlainTcp = table["allow_plain_tcp"].value_or(config.allowPlainTcp);
+  config.metricsListen = table["metrics_listen"].value_or(config.metricsListen);
   config.unixSocketMode = table["unix_socket_mode"].value_or(config.unixSocketMode);
   config.moduleCacheBytes = table["module_cache_bytes"].value_or(config.moduleCacheBytes);
   config.maxMessageBytes = table["max_message_bytes"].value_or(config.maxMessageBytes);

@@ -18,6 +18,7 @@ struct Config {
   unsigned unixSocketMode = 0660;
   std::string tlsCert, tlsKey, tlsClientCa;  // tls:// listeners: PEM files; client_ca requires client certificates
   bool allowPlainTcp = false;               // tcp:// listeners on non-loopback addresses
+  std::string metricsListen;                // "HOST:PORT" of the Prometheus endpoint; empty: none
   uint64_t moduleCacheBytes = 4ull << 30;
   uint32_t maxMessageBytes = 1u << 20;
   uint32_t maxBulkBytes = 64u << 20;

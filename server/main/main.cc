@@ -1,6 +1,7 @@
 // tallyd: builds every module explicitly (no registries) and runs the listener's loop.
 #include "common/log/log.h"
 #include "server/admin/admin_server.h"
+#include "server/admin/metrics_server.h"
 #include "server/api/call_context.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
@@ -119,6 +120,8 @@ int run(int argc, char** argv) {
   app.add_option("--tls-cert", tlsCert, "PEM certificate (chain) for tls:// listeners (overrides the file)");
   app.add_option("--tls-key", tlsKey, "PEM private key of --tls-cert (overrides the file)");
   app.add_option("--tls-client-ca", tlsClientCa, "PEM CA: tls:// clients must present a certificate it signed");
+  std::optional<std::string> metricsListen;
+  app.add_option("--metrics", metricsListen, "Prometheus endpoint HOST:PORT (IPv4), \"\" for none (overrides the file)");
   bool checkConfig = false;
   app.add_flag("--check-config", checkConfig,
                "check the configuration (file, flags, listeners) and exit: 0 if tallyd would start with it");
@@ -138,6 +141,7 @@ int run(int argc, char** argv) {
   if (!logLevel.empty()) config.logLevel = logLevel;
   if (!transformMode.empty()) config.transform = transformMode;
   if (!tlsCert.empty()) config.tlsCert = tlsCert;
+  if (metricsListen) config.metricsListen = *metricsListen;
   if (!tlsKey.empty()) config.tlsKey = tlsKey;
   if (!tlsClientCa.empty()) config.tlsClientCa = tlsClientCa;
   if (!cacheDir.empty()) config.cacheDir = cacheDir;
@@ -244,6 +248,23 @@ int run(int argc, char** argv) {
     if (!adminServer->start(error)) {
       spdlog::error("{}; tallyctl cannot reach this tallyd", error);
       adminServer.reset();
+    }
+  }
+  std::optional<admin::MetricsServer> metrics;
+  if (!config.metricsListen.empty()) {
+    size_t colon = config.metricsListen.rfind(':');
+    int port = colon == std::string::npos ? -1 : std::atoi(config.metricsListen.c_str() + colon + 1);
+    if (port <= 0 || port > 65535) {
+      spdlog::error("metrics_listen '{}': expected HOST:PORT", config.metricsListen);
+      return 2;
+    }
+    std::vector<std::string> gpuNames;
+    for (auto& g : gpus) gpuNames.push_back(g->description().name);
+    metrics.emplace(config.metricsListen.substr(0, colon), static_cast<uint16_t>(port),
+                    admin::AdminState{std::move(gpuNames), startedAt, draining, registry});
+    if (!metrics->start(error)) {
+      spdlog::error("{}", error);
+      return 1;
     }
   }
   spdlog::info("tallyd ready ({} GPU{})", gpus.size(), gpus.size() == 1 ? "" : "s");

@@ -652,6 +652,34 @@ case_security_tls() {
   CLIENT_ENV=()
 }
 
+case_operations_metrics() {
+  local mport
+  mport=$(pick_port) || fail "no free TCP port"
+  start_tallyd --metrics "127.0.0.1:$mport"
+  wait_log "metrics on http://127.0.0.1:$mport/metrics" 5 || fail "tallyd did not announce its metrics endpoint"
+  python3 - "$mport" <<'EOF_PY' || fail "the metrics endpoint"
+import re, sys, urllib.request, urllib.error
+port = sys.argv[1]
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+    assert r.status == 200, r.status
+    assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), r.headers["Content-Type"]
+    text = r.read().decode()
+sample = re.compile(r'^[a-z_]+(\{[^}]*\})? [-+0-9.eE]+(Inf)?$')
+for line in text.splitlines():
+    assert line.startswith("# HELP ") or line.startswith("# TYPE ") or sample.match(line), f"bad line: {line!r}"
+for want in ("tally_up 1", "tally_tenants 0", "tally_draining 0", "# TYPE tally_tenant_queueing_delay_seconds histogram"):
+    assert want in text, f"missing {want!r}"
+try:
+    urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing", timeout=5)
+    raise SystemExit("GET /nothing did not fail")
+except urllib.error.HTTPError as e:
+    assert e.code == 404, e.code
+print("ok: /metrics is valid exposition text with tally_up 1 and tally_tenants 0; other paths are 404")
+EOF_PY
+  assert_tallyd_alive "after the metrics requests"
+  stop_tallyd
+}
+
 case $CASE in
   no_server) case_no_server ;;
   no_gpu) case_no_gpu ;;
@@ -668,6 +696,7 @@ case $CASE in
   operations_drain) case_operations_drain ;;
   operations_evict) case_operations_evict ;;
   operations_no_socket) case_operations_no_socket ;;
+  operations_metrics) case_operations_metrics ;;
   *) echo "unknown case '$CASE'" >&2; exit 2 ;;
 esac
 say "PASS: $CASE"
