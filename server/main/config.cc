@@ -11,8 +11,8 @@ namespace tally::server {
 namespace {
 
 // Every key of a [[tenant]] entry; anything else is an error.
-const std::set<std::string> kTenantKeys = {"name", "token_sha256", "unix_uid", "allowed_priority", "cap_priority",
-                                           "memory_quota_bytes", "max_streams"};
+const std::set<std::string> kTenantKeys = {"name",         "token_sha256",       "unix_uid",   "tls_subject",
+                                           "allowed_priority", "cap_priority", "memory_quota_bytes", "max_streams"};
 
 // Reads an optional integer key into `out`, checking its type and range [low, high].
 template <typename T>
@@ -84,8 +84,15 @@ bool readCredentials(const toml::table& table, session::TenantRule& rule, std::s
     if (!readInteger(table, "unix_uid", uid, 0, std::numeric_limits<uint32_t>::max() - 1, error)) return false;
     rule.unixUid = uid;
   }
-  if (!rule.tokenSha256 && !rule.unixUid) {
-    error = "needs 'token_sha256' or 'unix_uid' (or both)";
+  if (const toml::node* subject = table.get("tls_subject")) {
+    if (!subject->is_string() || subject->value<std::string>()->empty()) {
+      error = "'tls_subject' must be a non-empty string such as \"/CN=inference-1\"";
+      return false;
+    }
+    rule.tlsSubject = *subject->value<std::string>();
+  }
+  if (!rule.tokenSha256 && !rule.unixUid && !rule.tlsSubject) {
+    error = "needs 'token_sha256', 'unix_uid' or 'tls_subject' (any combination must all match)";
     return false;
   }
   return true;

@@ -37,7 +37,7 @@ class SessionRegistry final : public transport::ConnectionSink, public admin::Se
   // tally::server::transport::ConnectionSink
   void onConnection(int fd, transport::Peer peer) override {
     uint64_t id = nextTenantId_++;
-    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer.description), peer.unixSocket},
+    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer.description), peer.unixSocket, std::move(peer.tlsSubject)},
                                                 services_, id, draining_);
     {
       std::lock_guard lock(mutex_);

@@ -22,24 +22,30 @@ bool tokenMatches(const TenantRule& rule, const Sha256& digest) {
   return rule.tokenSha256 && CRYPTO_memcmp(rule.tokenSha256->data(), digest.data(), digest.size()) == 0;
 }
 
-bool uidMatches(const TenantRule& rule, std::optional<uint32_t> unixUid) {
-  return !rule.unixUid || (unixUid && *rule.unixUid == *unixUid);
+// The peer identities other than the token: each one a rule sets must match.
+bool identityMatches(const TenantRule& rule, std::optional<uint32_t> unixUid, std::string_view tlsSubject) {
+  bool uid = !rule.unixUid || (unixUid && *rule.unixUid == *unixUid);
+  bool subject = !rule.tlsSubject || (!tlsSubject.empty() && *rule.tlsSubject == tlsSubject);
+  return uid && subject;
 }
 
 // Every rule is examined (no early exit), so the time taken does not tell which one matched.
-const TenantRule* matchToken(const AuthPolicy& policy, const Sha256& digest, std::optional<uint32_t> unixUid) {
+const TenantRule* matchToken(const AuthPolicy& policy, const Sha256& digest, std::optional<uint32_t> unixUid,
+                             std::string_view tlsSubject) {
   const TenantRule* found = nullptr;
   for (const TenantRule& rule : policy.tenants) {
-    bool match = tokenMatches(rule, digest) && uidMatches(rule, unixUid);
+    bool match = tokenMatches(rule, digest) && identityMatches(rule, unixUid, tlsSubject);
     if (match && found == nullptr) found = &rule;
   }
   return found;
 }
 
-const TenantRule* matchUid(const AuthPolicy& policy, std::optional<uint32_t> unixUid) {
-  if (!unixUid) return nullptr;
+// Rules without a token: the Unix uid and/or the certificate subject alone identify the peer.
+const TenantRule* matchIdentity(const AuthPolicy& policy, std::optional<uint32_t> unixUid, std::string_view tlsSubject) {
   for (const TenantRule& rule : policy.tenants) {
-    if (!rule.tokenSha256 && rule.unixUid && *rule.unixUid == *unixUid) return &rule;
+    if (!rule.tokenSha256 && (rule.unixUid || rule.tlsSubject) && identityMatches(rule, unixUid, tlsSubject)) {
+      return &rule;
+    }
   }
   return nullptr;
 }
@@ -67,15 +73,19 @@ Sha256 sha256(std::span<const uint8_t> bytes) {
   return digest;
 }
 
-AuthResult authenticate(const AuthPolicy& policy, std::span<const uint8_t> token, std::optional<uint32_t> unixUid) {
+AuthResult authenticate(const AuthPolicy& policy, std::span<const uint8_t> token, std::optional<uint32_t> unixUid,
+                        std::string_view tlsSubject) {
   if (!token.empty()) {
     // With no rules at all a token means nothing (tallyd before authentication existed).
     if (policy.tenants.empty() && !policy.requireAuth) return {};
-    if (const TenantRule* rule = matchToken(policy, sha256(token), unixUid)) return {rule, {}};
+    if (const TenantRule* rule = matchToken(policy, sha256(token), unixUid, tlsSubject)) return {rule, {}};
     return {nullptr, "unknown token"};
   }
-  if (const TenantRule* rule = matchUid(policy, unixUid)) return {rule, {}};
+  if (const TenantRule* rule = matchIdentity(policy, unixUid, tlsSubject)) return {rule, {}};
   if (!policy.requireAuth) return {};
+  if (!tlsSubject.empty()) {
+    return {nullptr, fmt::format("authentication required: no token, and no tls_subject rule matches {}", tlsSubject)};
+  }
   if (unixUid) {
     return {nullptr, fmt::format("authentication required: no token, and no unix_uid rule matches uid {}", *unixUid)};
   }

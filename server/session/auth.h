@@ -27,12 +27,13 @@ struct TenantLimits {
   uint32_t maxStreams = 0;
 };
 
-// One [[tenant]] entry. At least one of tokenSha256 / unixUid is set; with both, a peer
-// must present the token AND connect over the Unix socket as that uid.
+// One [[tenant]] entry. At least one of tokenSha256 / unixUid / tlsSubject is set; a peer must
+// match every one that is set (the token, the Unix uid, the TLS client certificate's subject).
 struct TenantRule {
   std::string name;
   std::optional<Sha256> tokenSha256;
   std::optional<uint32_t> unixUid;
+  std::optional<std::string> tlsSubject;  // e.g. "/CN=inference-1", as tallyd logs it
   AllowedPriority allowedPriority = AllowedPriority::kAny;
   bool capPriority = false;  // downgrade a too-high request instead of refusing it
   TenantLimits limits;
@@ -55,8 +56,10 @@ struct AuthResult {
 };
 
 // `token`: the Hello's authToken (may be empty). `unixUid`: SO_PEERCRED uid of a Unix-socket
-// peer, nullopt for TCP. Token hashes are compared in constant time.
-AuthResult authenticate(const AuthPolicy& policy, std::span<const uint8_t> token, std::optional<uint32_t> unixUid);
+// peer, nullopt otherwise. `tlsSubject`: the verified client certificate's subject of a TLS
+// peer, empty otherwise. Token hashes are compared in constant time.
+AuthResult authenticate(const AuthPolicy& policy, std::span<const uint8_t> token, std::optional<uint32_t> unixUid,
+                        std::string_view tlsSubject = {});
 
 struct PriorityDecision {
   PriorityClass granted = PriorityClass::kBestEffort;

@@ -98,7 +98,7 @@ std::optional<Session::Admission> Session::admit(wire::Hello::Reader hello) {
   if (claimed.empty()) claimed = fmt::format("pid{}", hello.getClientPid());
   auto token = hello.getAuthToken();
   AuthResult auth = authenticate(services_.auth, std::span<const uint8_t>(token.begin(), token.size()),
-                                 unixPeerUid(fd_, peer_));
+                                 unixPeerUid(fd_, peer_), peer_.tlsSubject);
   if (!auth.error.empty()) {
     refuse(auth.error, fmt::format(" (client names itself '{}')", claimed));
     return std::nullopt;

@@ -17,6 +17,7 @@ namespace tally::server::session {
 struct PeerInfo {
   std::string description;  // "unix pid=123 uid=0", "tcp 127.0.0.1:5555" or "tls 127.0.0.1:5555 /CN=…"
   bool unixSocket = false;  // SO_PEERCRED and shared host memory (fd passing) apply only then
+  std::string tlsSubject;   // a TLS peer's verified client certificate subject
 };
 
 class Session : public std::enable_shared_from_this<Session> {

@@ -636,6 +636,18 @@ case_security_tls() {
   expect_log "tls 127\.0\.0\.1:[0-9]+ .*CN=tally-client" "the client certificate's subject"
   stop_tallyd
 
+  # A tenant rule that names the client certificate's subject, with require_auth.
+  write_config "$TMPD/subject.toml" "require_auth = true" "
+[[tenant]]
+name = \"cert-client\"
+tls_subject = \"/CN=tally-client\"
+allowed_priority = \"high\""
+  start_tls_tallyd "$c/server.pem" "$c/server.key" --tls-client-ca "$c/ca.pem" --config "$TMPD/subject.toml"
+  CLIENT_ENV=(TALLY_CA="$c/ca.pem" TALLY_CERT="$c/client.pem" TALLY_KEY="$c/client.key" TALLY_PRIORITY=high)
+  expect_past_auth mtls-subject-rule "tls://localhost:$TLS_PORT"
+  expect_log "authenticated as tenant cert-client" "the tenant named by its certificate"
+  stop_tallyd
+
   # Tokens and priorities work over TLS as over any transport.
   write_config "$TMPD/tallyd.toml" "require_auth = true"
   start_tls_tallyd "$c/server.pem" "$c/server.key" --config "$TMPD/tallyd.toml"

@@ -143,3 +143,31 @@ TEST(Priority, RulesAndCap) {
 
 }  // namespace
 }  // namespace tally::server::session
+
+namespace tally::server::session {
+namespace {
+
+TEST(Authenticate, TlsSubjectRule) {
+  AuthPolicy policy;
+  policy.requireAuth = true;
+  TenantRule subject;
+  subject.name = "inference";
+  subject.tlsSubject = "/CN=inference-1";
+  TenantRule both = tokenRule("training", "secret-t");
+  both.tlsSubject = "/CN=trainer";
+  policy.tenants = {subject, both};
+  AuthResult r = authenticate(policy, {}, std::nullopt, "/CN=inference-1");
+  ASSERT_NE(r.rule, nullptr);
+  EXPECT_EQ(r.rule->name, "inference");
+  // Another certificate, or none (a Unix or plain TCP peer), matches nothing.
+  EXPECT_NE(authenticate(policy, {}, std::nullopt, "/CN=someone-else").error.find("no tls_subject rule matches"),
+            std::string::npos);
+  EXPECT_EQ(authenticate(policy, {}, 0).rule, nullptr);
+  // Token and subject: both must match.
+  EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt, "/CN=trainer").rule->name, "training");
+  EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt, "/CN=inference-1").error, "unknown token");
+  EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt).error, "unknown token");
+}
+
+}  // namespace
+}  // namespace tally::server::session

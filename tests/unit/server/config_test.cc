@@ -109,7 +109,7 @@ TEST_F(ConfigFile, BadTenantValues) {
       {token, "'name' is required"},
       {"name = \"\"\n" + token, "'name' is required"},
       {"name = 7\n" + token, "'name' must be a string"},
-      {name, "needs 'token_sha256' or 'unix_uid'"},
+      {name, "needs 'token_sha256', 'unix_uid' or 'tls_subject'"},
       {name + "token_sha256 = \"abc\"\n", "64 hex digits"},
       {name + "token_sha256 = \"" + std::string(64, 'z') + "\"\n", "64 hex digits"},
       {name + "token_sha256 = 5\n", "'token_sha256' must be a string"},
