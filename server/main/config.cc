@@ -120,7 +120,8 @@ bool readTenant(const toml::table& table, session::TenantRule& rule, std::string
          readInteger(table, "max_streams", rule.limits.maxStreams, 0, std::numeric_limits<int32_t>::max(), error);
 }
 
-// Names and token hashes must be unique, or a peer's identity would be ambiguous.
+// Names and credentials (token hash, uid, certificate subject together) must be unique, or a
+// peer's identity would be ambiguous.
 bool checkUnique(const std::vector<session::TenantRule>& rules, std::string& error) {
   for (size_t i = 0; i < rules.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
@@ -128,12 +129,9 @@ bool checkUnique(const std::vector<session::TenantRule>& rules, std::string& err
         error = fmt::format("tenant '{}' is defined twice", rules[i].name);
         return false;
       }
-      if (rules[i].tokenSha256 && rules[i].tokenSha256 == rules[j].tokenSha256 && rules[i].unixUid == rules[j].unixUid) {
+      if (rules[i].unixUid == rules[j].unixUid && rules[i].tlsSubject == rules[j].tlsSubject &&
+          rules[i].tokenSha256 == rules[j].tokenSha256) {
         error = fmt::format("tenants '{}' and '{}' have the same credentials", rules[j].name, rules[i].name);
-        return false;
-      }
-      if (!rules[i].tokenSha256 && !rules[j].tokenSha256 && rules[i].unixUid == rules[j].unixUid) {
-        error = fmt::format("tenants '{}' and '{}' both match unix_uid {}", rules[j].name, rules[i].name, *rules[i].unixUid);
         return false;
       }
     }

@@ -139,7 +139,14 @@ TEST_F(ConfigFile, DuplicateTenants) {
   EXPECT_FALSE(load(a + "[[tenant]]\nname = \"b\"\ntoken_sha256 = \"" + kHashA + "\"\n"));
   EXPECT_NE(error_.find("same credentials"), std::string::npos) << error_;
   EXPECT_FALSE(load("[[tenant]]\nname = \"a\"\nunix_uid = 5\n[[tenant]]\nname = \"b\"\nunix_uid = 5\n"));
-  EXPECT_NE(error_.find("both match unix_uid 5"), std::string::npos) << error_;
+  EXPECT_NE(error_.find("same credentials"), std::string::npos) << error_;
+  // Certificate subjects: distinct ones are two tenants, the same one twice is ambiguous.
+  std::string subjectA = "[[tenant]]\nname = \"a\"\ntls_subject = \"/CN=a\"\n";
+  EXPECT_TRUE(load(subjectA + "[[tenant]]\nname = \"b\"\ntls_subject = \"/CN=b\"\n")) << error_;
+  EXPECT_FALSE(load(subjectA + "[[tenant]]\nname = \"b\"\ntls_subject = \"/CN=a\"\n"));
+  EXPECT_NE(error_.find("same credentials"), std::string::npos) << error_;
+  EXPECT_FALSE(load("[[tenant]]\nname = \"a\"\ntls_subject = \"\"\n"));
+  EXPECT_NE(error_.find("'tls_subject' must be a non-empty string"), std::string::npos) << error_;
 }
 
 TEST_F(ConfigFile, SyntaxError) {
