@@ -116,7 +116,7 @@ CUresult stressLaunch(CallContext& ctx, session::FunctionState& f, session::Stre
 }
 
 scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f, session::StreamState& s,
-                                     wire::LaunchKernel::Reader args) {
+                                     wire::LaunchKernel::Reader args, void** params) {
   auto& counters = ctx.tenant().counters();
   scheduler::KernelLaunch k;
   k.tenant = ctx.tenant().id();
@@ -131,6 +131,7 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
   k.shape = shapeOf(args);
   k.paramBuffer = std::span<const uint8_t>(args.getParams().begin(), args.getParams().size());
   k.paramLayout = &f.params;
+  k.paramPointers = params;
   k.slicedLaunches = &counters.slicedLaunches;
   k.ptbLaunches = &counters.ptbLaunches;
   k.preemptions = &counters.preemptions;
@@ -162,7 +163,7 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   if (plain && ctx.services().stress && (f->sliced != nullptr || f->ptb != nullptr)) {
     r = stressLaunch(ctx, *f, *s, shapeOf(args), gpu::KernelParams{params, f->params.size()});
   } else if (plain && policy != nullptr) {
-    r = policy->launch(kernelLaunch(ctx, *f, *s, args));
+    r = policy->launch(kernelLaunch(ctx, *f, *s, args, params));
   } else if (plain) {
     r = cuLaunchKernel(f->function, args.getGrid().getX(), args.getGrid().getY(), args.getGrid().getZ(),
                        args.getBlock().getX(), args.getBlock().getY(), args.getBlock().getZ(), args.getSharedMem(),

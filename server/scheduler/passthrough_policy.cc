@@ -6,9 +6,14 @@
 namespace tally::server::scheduler {
 
 CUresult PassthroughPolicy::launch(const KernelLaunch& k) {
-  std::vector<void*> params = parameterPointers(k);
+  std::vector<void*> built;
+  void** params = k.paramPointers;
+  if (params == nullptr) {
+    built = parameterPointers(k);
+    params = built.data();
+  }
   return cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
-                        k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params.data(), nullptr);
+                        k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params, nullptr);
 }
 
 std::vector<void*> parameterPointers(const KernelLaunch& k) {

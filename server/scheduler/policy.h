@@ -44,6 +44,7 @@ struct KernelLaunch {
   const std::string* profileKey = nullptr;  // "<module hash>/<kernel name>"
   gpu::LaunchShape shape;
   std::span<const uint8_t> paramBuffer;                          // the kernel's parameter bytes
+  void** paramPointers = nullptr;                                // into paramBuffer, one per parameter
   const std::vector<std::pair<uint32_t, uint32_t>>* paramLayout;  // (offset, size) per parameter
   // Per-tenant counters the policy keeps current (tallyctl stats).
   std::atomic<uint64_t>* slicedLaunches = nullptr;
