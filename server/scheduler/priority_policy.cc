@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 
 #include "server/scheduler/passthrough_policy.h"
@@ -99,8 +100,8 @@ PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gp
   knobs_.budgetMicros = config_.budgetMicros;
   knobs_.useTransforms = config_.transforms;
   if (!config_.profilesPath.empty()) {
-    std::string error;
-    if (!profiles_.load(config_.profilesPath, error)) spdlog::warn("scheduler: ignoring learned durations: {}", error);
+    std::string why;
+    if (!profiles_.load(config_.profilesPath, why)) spdlog::warn("scheduler: ignoring learned durations: {}", why);
     if (profiles_.size() > 0) spdlog::info("scheduler: {} learned kernel durations from {}", profiles_.size(), config_.profilesPath);
   }
   monitor_ = std::thread([this] { monitor(); });
@@ -251,7 +252,8 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bo
   // Bounded: a kernel may wait for something this tenant has not asked for yet (a flag a later
   // kernel sets, a host callback), which this thread must stay free to deliver.
   const auto deadline = std::chrono::steady_clock::now() + kMaxInFlightWait;
-  while (lane.inFlight.size() >= kMaxInFlight && !stopping_ && std::chrono::steady_clock::now() < deadline) {
+  const size_t limit = config_.gate ? kMaxInFlight : SIZE_MAX;  // the ablation without a gate holds nothing
+  while (lane.inFlight.size() >= limit && !stopping_ && std::chrono::steady_clock::now() < deadline) {
     CUresult r = cuEventQuery(lane.inFlight.front());
     if (r == CUDA_ERROR_NOT_READY) {
       std::this_thread::sleep_for(kWaitPeriod);
@@ -260,7 +262,7 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bo
     lane.spareEvents.push_back(lane.inFlight.front());
     lane.inFlight.pop_front();
   }
-  while (lane.inFlight.size() >= kMaxInFlight) {  // gave up waiting: forget the oldest
+  while (lane.inFlight.size() >= limit) {  // gave up waiting: forget the oldest
     lane.spareEvents.push_back(lane.inFlight.front());
     lane.inFlight.pop_front();
   }
@@ -268,6 +270,7 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bo
 }
 
 void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
+  if (!config_.gate) return;
   CUevent event = nullptr;
   if (!lane.spareEvents.empty()) {
     event = lane.spareEvents.back();
