@@ -6,10 +6,10 @@
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
 #include "server/main/config.h"
+#include "server/main/flags.h"
 #include "server/session/session.h"
 #include "server/transport/listener.h"
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <execinfo.h>
@@ -79,6 +79,27 @@ bool isLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+// The listeners of `config`: endpoints parsed, plain TCP only on loopback unless allowed, the
+// TLS context loaded (its failure goes to `tlsError`, the caller decides).
+bool listenOptionsFor(const Config& config, transport::ListenOptions& options, std::string& error,
+                      std::string& tlsError) {
+  options.unixSocketMode = config.unixSocketMode;
+  for (const std::string& text : config.listen) {
+    auto endpoint = address::parseEndpoint(text, error);
+    if (!endpoint) return false;
+    if (endpoint->kind == address::Endpoint::Kind::kTcp && !isLoopback(endpoint->host) && !config.allowPlainTcp) {
+      error = text + ": plain TCP carries tokens and data in clear; use tls://, or a loopback address, or set "
+                     "allow_plain_tcp = true";
+      return false;
+    }
+    options.endpoints.push_back(*endpoint);
+  }
+  if (!config.tlsCert.empty() || !config.tlsKey.empty()) {
+    options.tls = tls::Context::forServer({config.tlsCert, config.tlsKey, config.tlsClientCa}, tlsError);
+  }
+  return true;
+}
+
 // A crash of tallyd takes every tenant with it: leave a backtrace in the journal.
 void onFatalSignal(int signum) {
   void* frames[64];
@@ -94,91 +115,34 @@ int run(int argc, char** argv) {
   auto startedAt = std::chrono::steady_clock::now();
   for (int s : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(s, onFatalSignal);
   std::signal(SIGPIPE, SIG_IGN);
-  CLI::App app{"tallyd: shares GPUs between CUDA applications that run with libtally_client.so"};
-  std::string configPath;
-  std::vector<std::string> listen;
-  std::string logLevel;
-  std::optional<std::string> admin;
-  std::string transformMode, cacheDir, policy;
-  std::optional<double> budget, idleWindow;
-  bool noGate = false, noTransforms = false, noStreamPriorities = false;
-  app.add_option("--config", configPath, "TOML configuration file");
-  app.add_option("--transform", transformMode, "kernel transforms: off, lazy, stress (test aid; overrides the file)")
-      ->check(CLI::IsMember({"off", "lazy", "stress"}));
-  app.add_option("--cache-dir", cacheDir, "directory of compiled kernel variants (overrides the file)");
-  app.add_option("--policy", policy, "scheduler: passthrough or priority (overrides the file)")
-      ->check(CLI::IsMember({"passthrough", "priority"}));
-  app.add_option("--budget-us", budget, "priority: turnaround budget of best-effort kernels, µs");
-  app.add_option("--idle-window-us", idleWindow, "priority: HP idle time before best-effort work runs, µs");
-  app.add_flag("--no-gate", noGate, "priority: do not hold best-effort kernels while HP runs (ablation)");
-  app.add_flag("--no-transforms", noTransforms, "priority: never run best-effort kernels as variants (ablation)");
-  app.add_flag("--no-stream-priorities", noStreamPriorities, "priority: leave stream priorities alone (ablation)");
-  app.add_option("--listen", listen, "unix:/path or tcp://host:port (repeatable; overrides the file)");
-  app.add_option("--admin", admin, "control socket for tallyctl: unix:PATH, or \"\" for none (overrides the file)");
-  app.add_option("--log-level", logLevel, "trace, debug, info, warn, error");
-  std::string tlsCert, tlsKey, tlsClientCa;
-  app.add_option("--tls-cert", tlsCert, "PEM certificate (chain) for tls:// listeners (overrides the file)");
-  app.add_option("--tls-key", tlsKey, "PEM private key of --tls-cert (overrides the file)");
-  app.add_option("--tls-client-ca", tlsClientCa, "PEM CA: tls:// clients must present a certificate it signed");
-  std::optional<std::string> metricsListen;
-  app.add_option("--metrics", metricsListen, "Prometheus endpoint HOST:PORT (IPv4), \"\" for none (overrides the file)");
-  bool checkConfig = false;
-  app.add_flag("--check-config", checkConfig,
-               "check the configuration (file, flags, listeners) and exit: 0 if tallyd would start with it");
-  CLI11_PARSE(app, argc, argv);
-
+  CommandLine flags;
+  if (std::optional<int> exit = parseCommandLine(argc, argv, flags)) return *exit;
   Config config;
   std::string error;
-  if (!configPath.empty() && !loadConfigFile(configPath, config, error)) {
+  if (!flags.configPath.empty() && !loadConfigFile(flags.configPath, config, error)) {
     std::fprintf(stderr, "tallyd: %s\n", error.c_str());
     return 2;
   }
-  if (!listen.empty()) config.listen = listen;
-  if (admin && !parseAdminSocket(*admin, config.adminSocket, error)) {
-    std::fprintf(stderr, "tallyd: --admin: %s\n", error.c_str());
+  if (!applyCommandLine(flags, config, error)) {
+    std::fprintf(stderr, "tallyd: %s\n", error.c_str());
     return 2;
   }
-  if (!logLevel.empty()) config.logLevel = logLevel;
-  if (!transformMode.empty()) config.transform = transformMode;
-  if (!tlsCert.empty()) config.tlsCert = tlsCert;
-  if (metricsListen) config.metricsListen = *metricsListen;
-  if (!tlsKey.empty()) config.tlsKey = tlsKey;
-  if (!tlsClientCa.empty()) config.tlsClientCa = tlsClientCa;
-  if (!cacheDir.empty()) config.cacheDir = cacheDir;
-  if (!policy.empty()) config.scheduler.policy = policy;
-  if (budget) config.scheduler.budgetMicros = *budget;
-  if (idleWindow) config.scheduler.idleWindowMicros = *idleWindow;
-  if (noGate) config.scheduler.gate = false;
-  if (noTransforms) config.scheduler.transforms = false;
-  if (noStreamPriorities) config.scheduler.streamPriorities = false;
-  config.scheduler.profilesPath = config.cacheDir + "/kernel-durations.tsv";
+  const bool checkConfig = flags.checkConfig;
   log::setup("tallyd", config.logLevel, spdlog::level::info);
 
   transport::ListenOptions listenOptions;
-  listenOptions.unixSocketMode = config.unixSocketMode;
-  for (const std::string& text : config.listen) {
-    auto endpoint = address::parseEndpoint(text, error);
-    if (!endpoint) {
-      spdlog::error("{}", error);
-      return 2;
-    }
-    if (endpoint->kind == address::Endpoint::Kind::kTcp && !isLoopback(endpoint->host) && !config.allowPlainTcp) {
-      spdlog::error("{}: plain TCP carries tokens and data in clear; use tls://, or a loopback address, or set "
-                    "allow_plain_tcp = true", text);
-      return 2;
-    }
-    listenOptions.endpoints.push_back(*endpoint);
+  // With --check-config unusable TLS files only warn: they may exist only on the GPU host.
+  std::string tlsError;
+  if (!listenOptionsFor(config, listenOptions, error, tlsError)) {
+    spdlog::error("{}", error);
+    return 2;
   }
-  if (!config.tlsCert.empty() || !config.tlsKey.empty()) {
-    listenOptions.tls = tls::Context::forServer({config.tlsCert, config.tlsKey, config.tlsClientCa}, error);
-    if (!listenOptions.tls && !checkConfig) {
-      spdlog::error("TLS: {}", error);
-      return 2;
-    }
+  if (!tlsError.empty() && !checkConfig) {
+    spdlog::error("TLS: {}", tlsError);
+    return 2;
   }
   if (checkConfig) {
-    // The certificate files may live only on the GPU host: say so, but the syntax is what counts.
-    if (!config.tlsCert.empty() && !listenOptions.tls) spdlog::warn("TLS files not usable here: {}", error);
+    if (!tlsError.empty()) spdlog::warn("TLS files not usable here: {}", tlsError);
     std::printf("tallyd: configuration OK (%zu listener%s, policy %s, transform %s, %zu tenant rule%s)\n",
                 listenOptions.endpoints.size(), listenOptions.endpoints.size() == 1 ? "" : "s",
                 config.scheduler.policy.c_str(), config.transform.c_str(), config.auth.tenants.size(),

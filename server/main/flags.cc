@@ -1,0 +1,61 @@
+#include "server/main/flags.h"
+
+#include <CLI/CLI.hpp>
+
+namespace tally::server {
+
+std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
+  CLI::App app{"tallyd: shares GPUs between CUDA applications that run with libtally_client.so"};
+  app.add_option("--config", f.configPath, "TOML configuration file");
+  app.add_flag("--check-config", f.checkConfig,
+               "check the configuration (file, flags, listeners) and exit: 0 if tallyd would start with it");
+  app.add_option("--listen", f.listen, "unix:/path, tls://host:port or tcp://host:port (repeatable)");
+  app.add_option("--admin", f.admin, "control socket for tallyctl: unix:PATH, or \"\" for none");
+  app.add_option("--metrics", f.metricsListen, "Prometheus endpoint HOST:PORT (IPv4), \"\" for none");
+  app.add_option("--log-level", f.logLevel, "trace, debug, info, warn, error");
+  app.add_option("--tls-cert", f.tlsCert, "PEM certificate (chain) for tls:// listeners");
+  app.add_option("--tls-key", f.tlsKey, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", f.tlsClientCa, "PEM CA: tls:// clients must present a certificate it signed");
+  app.add_option("--transform", f.transform, "kernel transforms: off, lazy, stress (test aid)")
+      ->check(CLI::IsMember({"off", "lazy", "stress"}));
+  app.add_option("--cache-dir", f.cacheDir, "directory of compiled kernel variants and learned durations");
+  app.add_option("--policy", f.policy, "scheduler: passthrough or priority")
+      ->check(CLI::IsMember({"passthrough", "priority"}));
+  app.add_option("--budget-us", f.budgetMicros, "priority: turnaround budget of best-effort kernels, µs");
+  app.add_option("--idle-window-us", f.idleWindowMicros, "priority: HP idle time before best-effort work runs, µs");
+  app.add_flag("--no-gate", f.noGate, "priority: do not hold best-effort kernels while HP runs (ablation)");
+  app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (ablation)");
+  app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
+bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) {
+  if (!f.listen.empty()) config.listen = f.listen;
+  if (f.admin && !parseAdminSocket(*f.admin, config.adminSocket, error)) {
+    error = "--admin: " + error;
+    return false;
+  }
+  if (f.metricsListen) config.metricsListen = *f.metricsListen;
+  if (!f.logLevel.empty()) config.logLevel = f.logLevel;
+  if (!f.tlsCert.empty()) config.tlsCert = f.tlsCert;
+  if (!f.tlsKey.empty()) config.tlsKey = f.tlsKey;
+  if (!f.tlsClientCa.empty()) config.tlsClientCa = f.tlsClientCa;
+  if (!f.transform.empty()) config.transform = f.transform;
+  if (!f.cacheDir.empty()) config.cacheDir = f.cacheDir;
+  auto& sched = config.scheduler;
+  if (!f.policy.empty()) sched.policy = f.policy;
+  if (f.budgetMicros) sched.budgetMicros = *f.budgetMicros;
+  if (f.idleWindowMicros) sched.idleWindowMicros = *f.idleWindowMicros;
+  if (f.noGate) sched.gate = false;
+  if (f.noTransforms) sched.transforms = false;
+  if (f.noStreamPriorities) sched.streamPriorities = false;
+  sched.profilesPath = config.cacheDir + "/kernel-durations.tsv";
+  return true;
+}
+
+}  // namespace tally::server

@@ -1,0 +1,31 @@
+// tallyd's command line. Every flag but --config and --check-config overrides the
+// configuration key of the same meaning (docs/operations.md): defaults, then the file, then
+// the flags.
+#pragma once
+
+#include "server/main/config.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tally::server {
+
+struct CommandLine {
+  std::string configPath;
+  bool checkConfig = false;
+  // Overrides; empty / nullopt / false: keep the file's value.
+  std::vector<std::string> listen;
+  std::optional<std::string> admin, metricsListen;
+  std::string logLevel, transform, cacheDir, policy, tlsCert, tlsKey, tlsClientCa;
+  std::optional<double> budgetMicros, idleWindowMicros;
+  bool noGate = false, noTransforms = false, noStreamPriorities = false;
+};
+
+// Parses argv; nullopt to go on, or the exit status (--help, or a bad flag, already reported).
+std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& flags);
+
+// Applies the overrides to `config`; false with `error` for a bad value.
+bool applyCommandLine(const CommandLine& flags, Config& config, std::string& error);
+
+}  // namespace tally::server
