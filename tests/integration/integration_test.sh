@@ -244,6 +244,30 @@ case_no_gpu() {
   stop_tallyd
 }
 
+# tallyd admits the client, then dies: the next CUDA call must fail with a clear error, not hang
+# or crash. A fake tallyd (fake_tallyd.py) sends a real Welcome (made with capnp encode) for one
+# fake device and closes.
+case_tallyd_dies() {
+  need_program
+  command -v capnp >/dev/null 2>&1 || skip "the capnp tool (package capnproto) is not installed"
+  echo '(welcome = (accepted = true, protocolVersion = 1, tenantId = 1, driverVersion = 13000,
+    devices = [(ordinal = 0, name = "fake GPU", major = 9, minor = 0, totalMem = 1000000000,
+                streamPriorityLeast = 0, streamPriorityGreatest = -5)]))' |
+    capnp encode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ServerMessage >"$TMPD/welcome.bin" 2>"$TMPD/encode.err" ||
+    { show "$TMPD/encode.err" "capnp encode"; fail "could not encode a Welcome"; }
+  python3 "$HERE/fake_tallyd.py" "$SOCK" "$TMPD/welcome.bin" >"$TMPD/fake.out" 2>&1 &
+  HELPER_PIDS+=($!)
+  local deadline=$(($(now_ms) + 5000))
+  until [[ -S $SOCK ]]; do
+    (($(now_ms) < deadline)) || fail "the fake tallyd did not listen"
+    sleep 0.05
+  done
+  expect_refused tallyd-dies "unix:$SOCK" "lost the connection to tallyd"
+  grep -q "welcomed; gone" "$TMPD/fake.out" || { show "$TMPD/fake.out" "fake tallyd"; fail "the client was not admitted first"; }
+  grep -q "cudaErrorDevicesUnavailable" "$ERR" || fail "the application did not see cudaErrorDevicesUnavailable"
+  pass "admitted, then tallyd vanished: the application's next call failed with cudaErrorDevicesUnavailable"
+}
+
 case_garbage_peer() {
   start_tallyd
 
@@ -696,6 +720,7 @@ case $CASE in
   no_server) case_no_server ;;
   no_gpu) case_no_gpu ;;
   garbage_peer) case_garbage_peer ;;
+  tallyd_dies) case_tallyd_dies ;;
   version_mismatch) case_version_mismatch ;;
   security_tokens) case_security_tokens ;;
   security_require_auth) case_security_require_auth ;;
