@@ -16,7 +16,11 @@ The plot needs matplotlib; without it the plot is skipped with a message.
 import argparse
 import json
 import statistics
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import markdown_region  # noqa: E402
 
 BEGIN = "<!-- isolation:begin -->"
 END = "<!-- isolation:end -->"
@@ -141,27 +145,9 @@ def clock_summary(path):
             f"(median {statistics.median(busy or clocks):.0f} MHz)")
 
 
-def replace_region(path, text):
-    try:
-        with open(path) as f:
-            doc = f.read()
-    except FileNotFoundError:
-        doc = "# Benchmarks\n"
-    if BEGIN in doc and END in doc:
-        doc = doc[: doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-
-
 def plot(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not available: plot skipped", file=sys.stderr)
+    plt = markdown_region.pyplot("report.py")
+    if plt is None:
         return
     norm = normalized(rows, 0.5)
     fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
@@ -195,7 +181,7 @@ def main():
     rows = load(a.runs)
     text = section(rows, clock_summary(a.clocks))
     if a.markdown:
-        replace_region(a.markdown, text)
+        markdown_region.update_markdown(a.markdown, BEGIN, END, text)
     else:
         print(text)
     if a.plot:

@@ -23,6 +23,8 @@ import json
 import os
 import sys
 
+import markdown_region  # noqa: E402  (this folder)
+
 BEGIN = "<!-- micro:begin -->"
 END = "<!-- micro:end -->"
 
@@ -282,28 +284,7 @@ def markdown_section(doc, plot_rel):
 
 
 def update_markdown(path, section):
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    else:
-        text = INTRO
-    b = text.find(BEGIN)
-    e = text.find(END, b + len(BEGIN)) if b >= 0 else -1
-    if b >= 0 and e >= 0:
-        new = text[:b] + section.rstrip("\n") + text[e + len(END):]
-    else:
-        if b >= 0:
-            print("make_report.py: {} has '{}' but no '{}'; appending a new region".format(
-                path, BEGIN, END), file=sys.stderr)
-        new = text.rstrip("\n") + "\n\n" + section
-    if not new.endswith("\n"):
-        new += "\n"
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(new)
-    os.replace(tmp, path)
+    markdown_region.update_markdown(path, BEGIN, END, section, INTRO)
 
 
 def make_plot(doc, path, logy):

@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+import markdown_region  # noqa: E402  (this folder)
+
 BEGIN = "<!-- transform:begin -->"
 END = "<!-- transform:end -->"
 TARGET = 0.95
@@ -52,27 +54,9 @@ def section(data):
     return "\n".join(lines)
 
 
-def replace_region(path, text):
-    try:
-        with open(path) as f:
-            doc = f.read()
-    except FileNotFoundError:
-        doc = "# Benchmarks\n"
-    if BEGIN in doc and END in doc:
-        doc = doc[: doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-
-
 def plot(data, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not available: plot skipped", file=sys.stderr)
+    plt = markdown_region.pyplot("transform_report.py")
+    if plt is None:
         return
     rows = data["kernels"]
     names = [r["kernel"][:22] for r in rows]
@@ -102,7 +86,7 @@ def main():
         data = json.load(f)
     text = section(data)
     if a.markdown:
-        replace_region(a.markdown, text)
+        markdown_region.update_markdown(a.markdown, BEGIN, END, text)
     else:
         print(text)
     if a.plot:

@@ -90,6 +90,16 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
   }
   completions_ = std::make_unique<CompletionQueue>(context_);
   staging_ = std::make_unique<StagingPool>(context_);
+  // Loaded now, not on first use: a module load on a tenant's launch path could wait for other
+  // tenants' work that waits for that tenant's next call.
+  makeCurrent();
+  auto helpers = std::make_unique<PtbHelpers>();
+  std::string error;
+  if (helpers->load(error)) {
+    ptbHelpers_ = std::move(helpers);
+  } else {
+    spdlog::error("GPU {}: {}; PTB kernels will not be preempted", description_.ordinal, error);
+  }
   spdlog::info("GPU {}: {} (sm_{}{}), {} MiB, {} SMs", description_.ordinal, description_.name,
                description_.major, description_.minor, description_.totalMem >> 20,
                description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
@@ -97,28 +107,9 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
 
 int Gpu::multiprocessors() const { return description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]; }
 
-const PtbHelpers* Gpu::ptbHelpers() {
-  std::lock_guard lock(triggerMutex_);
-  if (!triggerTried_) {
-    triggerTried_ = true;
-    makeCurrent();
-    auto trigger = std::make_unique<PtbHelpers>();
-    std::string error;
-    if (trigger->load(error)) {
-      trigger_ = std::move(trigger);
-    } else {
-      spdlog::error("GPU {}: {}; PTB kernels will not be preempted", description_.ordinal, error);
-    }
-  }
-  return trigger_.get();
-}
-
 Gpu::~Gpu() {
-  {
-    std::lock_guard lock(triggerMutex_);
-    if (trigger_) makeCurrent();
-    trigger_.reset();
-  }
+  if (ptbHelpers_) makeCurrent();
+  ptbHelpers_.reset();
   completions_.reset();
   staging_.reset();
   cuDevicePrimaryCtxRelease(device_);

@@ -48,9 +48,9 @@ class Gpu {
   // "sm_90": the architecture kernel variants are compiled for.
   std::string arch() const { return "sm_" + std::to_string(description_.major * 10 + description_.minor); }
   int multiprocessors() const;
-  // The helper that preempts PTB launches on this device (loaded on first use, in this
-  // context); nullptr if it cannot be loaded.
-  const PtbHelpers* ptbHelpers();
+  // The PTB helper kernels (variant_launch.h) in this context, loaded at startup; nullptr if
+  // they could not be loaded.
+  const PtbHelpers* ptbHelpers() const { return ptbHelpers_.get(); }
   CompletionQueue& completions() { return *completions_; }
   StagingPool& staging() { return *staging_; }
 
@@ -68,9 +68,7 @@ class Gpu {
   DeviceDescription description_;
   std::unique_ptr<CompletionQueue> completions_;
   std::unique_ptr<StagingPool> staging_;
-  std::mutex triggerMutex_;
-  std::unique_ptr<PtbHelpers> trigger_;
-  bool triggerTried_ = false;
+  std::unique_ptr<PtbHelpers> ptbHelpers_;
   std::mutex limitMutex_;
   std::map<int, size_t> initialLimits_;
 };

@@ -184,10 +184,6 @@ int run(int argc, char** argv) {
                                                   : transform::VariantStore::Mode::kLazy);
     services.variants = &*variants;
     services.stress = config.transform == "stress";
-    // Loaded now: a module load on a tenant's launch path could wait for other tenants' work.
-    if (services.stress) {
-      for (gpu::Gpu* g : services.gpus) g->ptbHelpers();
-    }
     services.stressSeed = config.stressSeed != 0 ? config.stressSeed : std::random_device{}();
     spdlog::info("kernel transforms {} for best-effort tenants, compiled variants in {}{}", config.transform,
                  config.cacheDir, services.stress ? fmt::format(" (STRESS MODE, seed {})", services.stressSeed) : "");

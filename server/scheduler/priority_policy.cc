@@ -285,6 +285,22 @@ void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
   }
 }
 
+// What occupancy says of this launch shape, asked once per shape (and per set of variants the
+// tenant's module has) rather than on every launch.
+KernelFacts PriorityPolicy::occupancyFacts(const KernelLaunch& k, const std::string& key) {
+  std::string cacheKey = key + (k.sliced != nullptr ? "/s" : "/-") + (k.ptb != nullptr ? "p" : "-");
+  auto [it, inserted] = shapes_.try_emplace(cacheKey);
+  KernelFacts& f = it->second;
+  if (inserted) {
+    f.blocks = k.shape.blocks();
+    f.hasSliced = waveBlocks(k.sliced, *k.gpu, k.shape) > 0;
+    f.originalWaveBlocks = waveBlocks(k.original, *k.gpu, k.shape);
+    f.waveBlocks = waveBlocks(k.ptb, *k.gpu, k.shape);
+    f.hasPtb = f.waveBlocks > 0 && k.gpu->ptbHelpers() != nullptr;
+  }
+  return f;
+}
+
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
   std::vector<void*> params = parameterPointers(k);
   gpu::KernelParams kernelParams{params.data(), params.size()};
@@ -297,14 +313,9 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     s = stateFor(*k.gpu);
     if (s != nullptr) lane = laneFor(*s, k);
     if (lane != nullptr) {
-      KernelFacts facts;
-      facts.blocks = k.shape.blocks();
+      KernelFacts facts = occupancyFacts(k, key);
       facts.originalMicros = profiles_.micros(key);
       facts.launchesSeen = profiles_.samples(key);
-      facts.hasSliced = waveBlocks(k.sliced, *k.gpu, k.shape) > 0;
-      facts.originalWaveBlocks = waveBlocks(k.original, *k.gpu, k.shape);
-      facts.waveBlocks = waveBlocks(k.ptb, *k.gpu, k.shape);
-      facts.hasPtb = facts.waveBlocks > 0 && k.gpu->ptbHelpers() != nullptr;
       choice = chooseLaunch(facts, knobs_);
       ++(choice.kind == VariantKind::kOriginal ? beOriginal_ : choice.kind == VariantKind::kSliced ? beSliced_ : bePtb_);
     }

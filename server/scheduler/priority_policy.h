@@ -107,6 +107,7 @@ class PriorityPolicy final : public Policy {
   void waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bool gated);
   void markInFlight(Lane& lane, CUstream stream);
   void markHpWork(GpuState& s, StreamKey key, CUstream stream);
+  KernelFacts occupancyFacts(const KernelLaunch& k, const std::string& key);  // under mutex_
   void monitor();
   void pollGpu(GpuState& s);
   void saveProfiles();
@@ -116,6 +117,7 @@ class PriorityPolicy final : public Policy {
   mutable std::mutex mutex_;
   std::map<gpu::Gpu*, std::unique_ptr<GpuState>> gpus_;
   KernelProfiles profiles_;
+  std::map<std::string, KernelFacts> shapes_;  // occupancyFacts' answers
   std::atomic<bool> stopping_{false};
   // Counters for summary().
   uint64_t gateCloses_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
