@@ -44,6 +44,14 @@ struct HostFunc {
   # A host callback runs in the client process; later work on the stream waits for it.
   stream @0 :UInt64;
   callback @1 :UInt64;            # opaque to the server, echoed in HostFuncReady
+  # Clients sharing memory with tallyd (Unix sockets) pass two u32 words of a registered
+  # shared region instead: the stream writes `sharedSequence` to `reachedWord` when it gets
+  # there, then waits until `doneWord` >= it; the client polls and writes them itself. No
+  # HostFuncReady/HostFuncDone then, so no tallyd thread stands between the GPU and the
+  # callback (a context-wide driver call waiting for this stream cannot deadlock on it).
+  reachedWord @2 :UInt64;         # client address; 0: use the messages
+  doneWord @3 :UInt64;
+  sharedSequence @4 :UInt32;
 }
 
 struct HostFuncReady {

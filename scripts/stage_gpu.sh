@@ -12,7 +12,9 @@ cp "$BUILD/server/tallyd" "$OUTDIR/build/server/"
 cp "$BUILD/client/libtally_client.so" "$OUTDIR/build/client/"
 ln -sf libtally_client.so "$OUTDIR/build/client/libcuda.so.1"
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {} "$OUTDIR/build/tests/gpu/" \;
-[[ -x $BUILD/bench/tally_microbench ]] && cp "$BUILD/bench/tally_microbench" "$OUTDIR/build/bench/"
+for tool in tally_microbench implicit_sync_probe; do
+  [[ -x $BUILD/bench/$tool ]] && cp "$BUILD/bench/$tool" "$OUTDIR/build/bench/"
+done
 if [[ -d $BUILD/bench/isolation ]]; then
   mkdir -p "$OUTDIR/build/bench/isolation"
   cp "$BUILD"/bench/isolation/{hp_infer,be_train_ptx,be_train_sass} "$OUTDIR/build/bench/isolation/"

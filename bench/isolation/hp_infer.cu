@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
   Model m = makeModel();
   for (int i = 0; i < 20; ++i) runRequest(m);  // warm-up (module load, clocks)
   std::vector<double> service, response;
+  double worstService = 0, worstAt = 0;  // the slowest request and when it started (s since begin)
   const auto begin = Clock::now();
   if (solo > 0) {
     while (micros(Clock::now() - begin) < solo * 1e6) {
@@ -179,12 +180,16 @@ int main(int argc, char** argv) {
       auto end = Clock::now();
       service.push_back(micros(end - start));
       response.push_back(micros(end - scheduled));
+      if (service.back() > worstService) {
+        worstService = service.back();
+        worstAt = micros(start - begin) / 1e6;
+      }
     }
   }
   double elapsed = micros(Clock::now() - begin) / 1e6;
   Stats s = stats(service), r = stats(response);
   std::printf("{\"requests\":%zu,\"seconds\":%.3f,\"service_us\":{\"p50\":%.1f,\"p99\":%.1f,\"mean\":%.1f},"
-              "\"response_us\":{\"p50\":%.1f,\"p99\":%.1f,\"mean\":%.1f}}\n",
-              service.size(), elapsed, s.p50, s.p99, s.mean, r.p50, r.p99, r.mean);
+              "\"response_us\":{\"p50\":%.1f,\"p99\":%.1f,\"mean\":%.1f},\"worst_service_us\":%.1f,\"worst_at_s\":%.3f}\n",
+              service.size(), elapsed, s.p50, s.p99, s.mean, r.p50, r.p99, r.mean, worstService, worstAt);
   return 0;
 }

@@ -8,6 +8,7 @@
 #     --seconds S     length of each run (default 5)
 #     --repeats R     repetitions of the whole matrix (default 3)
 #     --rho X         HP load as a fraction of its solo service rate (default 0.5)
+#     --be-lead S     BE runs this long before HP starts (default 1; 0: both start together)
 #     --sweep "a b"   also run native and tally-priority at these loads (PTX build, one repeat)
 #     --systems "…"   subset of: native mps mps-prio tally-passthrough tally-priority
 #                     tally-no-gate tally-no-transforms tally-no-stream-priorities
@@ -23,6 +24,7 @@ shift 2
 SECONDS_PER_RUN=5
 REPEATS=3
 RHO=0.5
+BE_LEAD=1
 SWEEP=""
 SYSTEMS="native mps mps-prio tally-passthrough tally-priority tally-no-gate tally-no-transforms tally-no-stream-priorities"
 while [[ $# -gt 0 ]]; do
@@ -30,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
     --repeats) REPEATS=$2; shift 2 ;;
     --rho) RHO=$2; shift 2 ;;
+    --be-lead) BE_LEAD=$2; shift 2 ;;
     --sweep) SWEEP=$2; shift 2 ;;
     --systems) SYSTEMS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -124,12 +127,16 @@ record() {  # repeat build system rho hp_json be_json
   echo "{\"repeat\":$1,\"be_build\":\"$2\",\"system\":\"$3\",\"rho\":$4,\"hp\":${5:-null},\"be\":${6:-null}}" >>"$RUNS"
 }
 
-# One co-located run: both clients start together and run SECONDS_PER_RUN.
+# One co-located run, in steady state: training is already running when inference starts. BE
+# starts first and counts iterations only after BE_LEAD seconds (past its warm-up), HP starts
+# BE_LEAD seconds after it; both then measure for SECONDS_PER_RUN (windows aligned to ~0.1 s).
 pair() {  # repeat build system rho rate
   local repeat=$1 build=$2 system=$3 rho=$4 rate=$5
   local be_out=$WORK/be.json hp_out=$WORK/hp.json
-  env $(client_env "$system" be) "$BIN/be_train_$build" --seconds "$SECONDS_PER_RUN" >"$be_out" 2>>"$OUT/clients.log" &
+  env $(client_env "$system" be) "$BIN/be_train_$build" --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" \
+    >"$be_out" 2>>"$OUT/clients.log" &
   local be_pid=$!
+  sleep "$BE_LEAD"
   env $(client_env "$system" hp) "$BIN/hp_infer" --rate "$rate" --seconds "$SECONDS_PER_RUN" --seed "$repeat" \
     >"$hp_out" 2>>"$OUT/clients.log" || log "hp failed under $system"
   wait "$be_pid" || log "be failed under $system"

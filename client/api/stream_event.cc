@@ -1,6 +1,7 @@
 // Streams, events and host callbacks. Handles are chosen here, so creating a stream or an
 // event is a one-way message; syncs are the round trips.
 #include "client/api/api_util.h"
+#include "client/runtime/host_callback_words.h"
 
 using namespace tally::client;
 
@@ -129,11 +130,30 @@ CUresult elapsedTime(float* ms, CUevent start, CUevent end) {
   return r;
 }
 
-// The callback runs on the client's callback thread once the stream reaches it; the stream
-// then waits (on the GPU side) until the client reports it done.
+// The callback runs in this process once the stream reaches it; the stream then waits (on the
+// GPU side) until it is done. Through shared words where memory is shared with tallyd, else
+// through HostFuncReady/HostFuncDone messages.
 CUresult addHostCallback(CUstream stream, std::function<void()> callback) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  if (HostCallbackWords* words = rt().hostCallbackWords(); words != nullptr) {
+    HostCallbackWords::Ticket ticket;
+    if (words->enqueue(id, callback, ticket)) {
+      CUresult r = rt().post([&](wire::Call::Builder c) {
+        auto f = c.initHostFunc();
+        f.setStream(id);
+        f.setReachedWord(ticket.reachedWord);
+        f.setDoneWord(ticket.doneWord);
+        f.setSharedSequence(ticket.sequence);
+      });
+      if (r != CUDA_SUCCESS) {
+        words->cancelLast(id);
+      } else {
+        rt().hostCallbackEnqueued();
+      }
+      return r;
+    }
+  }
   auto* owned = new std::function<void()>(std::move(callback));
   CUresult r = rt().post([&](wire::Call::Builder c) {
     auto f = c.initHostFunc();

@@ -1,5 +1,6 @@
 #include "client/runtime/client_runtime.h"
 
+#include "client/runtime/host_callback_words.h"
 #include "client/runtime/staging_ring.h"
 
 #include "common/fatbin/fatbin.h"
@@ -187,6 +188,14 @@ StagingRing* ClientRuntime::stagingRing() {
   if (!sharedHostMemory_ || ready() != CUDA_SUCCESS) return nullptr;
   std::call_once(stagingRingOnce_, [this] { stagingRing_ = StagingRing::open(*this); });
   return stagingRing_.get();
+}
+
+HostCallbackWords* ClientRuntime::hostCallbackWords() {
+  if (!sharedHostMemory_ || ready() != CUDA_SUCCESS) return nullptr;
+  std::call_once(callbackWordsOnce_, [this] {
+    callbackWords_ = HostCallbackWords::open(*this, [this] { hostCallbacksRun_.fetch_add(1); });
+  });
+  return callbackWords_.get();
 }
 
 CUresult ClientRuntime::mapSharedHostMemory(size_t size, void*& out, uint64_t& serverAddress) {

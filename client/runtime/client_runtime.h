@@ -90,6 +90,9 @@ class ClientRuntime {
   // The staging area for pageable copies, or nullptr when memory cannot be shared. Opened on
   // first use, after the handshake (opening it is itself a call).
   class StagingRing* stagingRing();
+  // Shared words for host callbacks (host_callback_words.h), or nullptr when memory cannot be
+  // shared (callbacks then go through HostFuncReady/HostFuncDone messages).
+  class HostCallbackWords* hostCallbackWords();
 
   // --- devices ----------------------------------------------------------------------
   int deviceCount() const { return static_cast<int>(devices_.size()); }
@@ -144,6 +147,8 @@ class ClientRuntime {
 
   std::once_flag stagingRingOnce_;
   std::unique_ptr<class StagingRing> stagingRing_;
+  std::once_flag callbackWordsOnce_;
+  std::unique_ptr<class HostCallbackWords> callbackWords_;
   std::once_flag connectOnce_;
   CUresult connectStatus_ = CUDA_ERROR_NOT_INITIALIZED;
   std::unique_ptr<Connection> connection_;

@@ -121,6 +121,7 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
   scheduler::KernelLaunch k;
   k.tenant = ctx.tenant().id();
   k.highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
+  k.mustNotHold = ctx.tenant().awaitsHostFuncs();
   k.streamId = s.id;
   k.gpu = f.gpu;
   k.stream = s.stream;

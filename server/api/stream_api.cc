@@ -80,14 +80,11 @@ CUresult ensureHostFlag(session::StreamState& s) {
 
 // The stream reaches the callback: tell the client (which runs it) and hold the stream until
 // the client says it is done, with a stream memory wait on a pinned flag.
-void hostFunc(CallContext& ctx, wire::HostFunc::Reader args) {
-  session::StreamState* s = streamForWork(ctx, args.getStream());
-  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
-  if (CUresult r = ensureHostFlag(*s); r != CUDA_SUCCESS) return ctx.finish(r);
-  uint32_t sequence = ++s->hostFuncIssued;
-  uint64_t streamId = s->id;
-  uint64_t callback = args.getCallback();
-  CUresult r = afterStream(ctx, *s->gpu, s->stream, [outbox = ctx.outbox(), streamId, sequence, callback](CUresult) {
+void hostFuncByMessages(CallContext& ctx, session::StreamState& s, uint64_t callback) {
+  if (CUresult r = ensureHostFlag(s); r != CUDA_SUCCESS) return ctx.finish(r);
+  uint32_t sequence = ++s.hostFuncIssued;
+  uint64_t streamId = s.id;
+  CUresult r = afterStream(ctx, *s.gpu, s.stream, [outbox = ctx.outbox(), streamId, sequence, callback](CUresult) {
     capnp::MallocMessageBuilder message(64);
     auto ready = message.initRoot<wire::ServerMessage>().initHostFuncReady();
     ready.setStream(streamId);
@@ -95,8 +92,29 @@ void hostFunc(CallContext& ctx, wire::HostFunc::Reader args) {
     ready.setCallback(callback);
     outbox->send(message);
   });
-  if (r == CUDA_SUCCESS) r = cuStreamWaitValue32(s->stream, s->hostFlagDevice, sequence, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r == CUDA_SUCCESS) r = cuStreamWaitValue32(s.stream, s.hostFlagDevice, sequence, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r == CUDA_SUCCESS) ctx.tenant().noteHostFuncAwaited();
   ctx.finish(r);
+}
+
+// The same through two words of the client's shared memory (schema/stream.capnp): the stream
+// announces itself and waits; the client does the rest, without this thread.
+void hostFuncBySharedWords(CallContext& ctx, session::StreamState& s, wire::HostFunc::Reader args) {
+  auto reached = ctx.tenant().sharedWord(args.getReachedWord());
+  auto done = ctx.tenant().sharedWord(args.getDoneWord());
+  if (!reached || !done) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  uint32_t sequence = args.getSharedSequence();
+  CUresult r = cuStreamWriteValue32(s.stream, reached->device, sequence, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (r == CUDA_SUCCESS) r = cuStreamWaitValue32(s.stream, done->device, sequence, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r == CUDA_SUCCESS) ctx.tenant().holdSharedDoneWord(done->local);
+  ctx.finish(r);
+}
+
+void hostFunc(CallContext& ctx, wire::HostFunc::Reader args) {
+  session::StreamState* s = streamForWork(ctx, args.getStream());
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  if (args.getDoneWord() != 0) return hostFuncBySharedWords(ctx, *s, args);
+  hostFuncByMessages(ctx, *s, args.getCallback());
 }
 
 void hostFuncDone(CallContext& ctx, wire::HostFuncDone::Reader args) {
@@ -105,7 +123,10 @@ void hostFuncDone(CallContext& ctx, wire::HostFuncDone::Reader args) {
     return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   }
   auto sequence = static_cast<uint32_t>(args.getSequence());
-  if (__atomic_load_n(s->hostFlag, __ATOMIC_ACQUIRE) < sequence) __atomic_store_n(s->hostFlag, sequence, __ATOMIC_RELEASE);
+  if (uint32_t before = __atomic_load_n(s->hostFlag, __ATOMIC_ACQUIRE); before < sequence) {
+    __atomic_store_n(s->hostFlag, sequence, __ATOMIC_RELEASE);
+    ctx.tenant().noteHostFuncsDone(sequence - before);
+  }
   ctx.finish(CUDA_SUCCESS);
 }
 

@@ -246,6 +246,7 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bo
   // This thread polls at microsecond steps: without this its sleeps last 50 µs or more.
   thread_local bool slackSet = (prctl(PR_SET_TIMERSLACK, 1000UL), true);
   (void)slackSet;
+  gated = gated && !k.mustNotHold;
   while (gated && config_.gate && !s.gateOpen.load(std::memory_order_acquire) && !stopping_) {
     std::this_thread::sleep_for(kWaitPeriod);
   }

@@ -252,15 +252,20 @@ CUresult Tenant::mapHostMemory(int memfd, uint64_t clientAddress, size_t size, g
   if (local == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   g->makeCurrent();
   CUresult r = cuMemHostRegister(local, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-  hostMappings_.emplace(clientAddress, HostMapping{local, size, r == CUDA_SUCCESS});
   CUdeviceptr mapped = 0;
   deviceAddress = r == CUDA_SUCCESS && cuMemHostGetDevicePointer(&mapped, local, 0) == CUDA_SUCCESS ? mapped : 0;
+  hostMappings_.emplace(clientAddress, HostMapping{local, size, r == CUDA_SUCCESS, deviceAddress});
   return CUDA_SUCCESS;  // unregistered mappings still work, through the driver's staging
 }
 
 CUresult Tenant::unmapHostMemory(uint64_t clientAddress) {
   auto it = hostMappings_.find(clientAddress);
   if (it == hostMappings_.end()) return CUDA_ERROR_INVALID_VALUE;
+  auto* begin = static_cast<uint32_t*>(it->second.local);
+  auto held = sharedDoneWords_.lower_bound(begin);
+  if (held != sharedDoneWords_.end() && reinterpret_cast<char*>(*held) < reinterpret_cast<char*>(begin) + it->second.size) {
+    return CUDA_ERROR_INVALID_VALUE;  // a stream may still wait on a word in it
+  }
   if (it->second.registered) cuMemHostUnregister(it->second.local);
   ::munmap(it->second.local, it->second.size);
   hostMappings_.erase(it);
@@ -274,6 +279,18 @@ void* Tenant::hostAddress(uint64_t clientAddress, size_t size) const {
   uint64_t offset = clientAddress - it->first;
   if (offset > it->second.size || size > it->second.size - offset) return nullptr;
   return static_cast<char*>(it->second.local) + offset;
+}
+
+std::optional<Tenant::SharedWord> Tenant::sharedWord(uint64_t clientAddress) const {
+  if (clientAddress % sizeof(uint32_t) != 0) return std::nullopt;
+  auto it = hostMappings_.upper_bound(clientAddress);
+  if (it == hostMappings_.begin()) return std::nullopt;
+  --it;
+  uint64_t offset = clientAddress - it->first;
+  if (!it->second.registered || it->second.device == 0 || offset > it->second.size - sizeof(uint32_t)) {
+    return std::nullopt;
+  }
+  return SharedWord{reinterpret_cast<uint32_t*>(static_cast<char*>(it->second.local) + offset), it->second.device + offset};
 }
 
 // --- modules ---------------------------------------------------------------------------
@@ -347,6 +364,7 @@ void Tenant::release() {
     if (s->hostFlag != nullptr) __atomic_store_n(s->hostFlag, UINT32_MAX, __ATOMIC_RELEASE);
   }
   for (uint32_t* flag : retiredHostFlags_) __atomic_store_n(flag, UINT32_MAX, __ATOMIC_RELEASE);
+  for (uint32_t* word : sharedDoneWords_) __atomic_store_n(word, UINT32_MAX, __ATOMIC_RELEASE);
   // Memory may be freed only once no kernel of this tenant can still touch it.
   for (auto& [id, s] : streams_) {
     s->gpu->makeCurrent();

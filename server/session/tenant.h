@@ -13,11 +13,13 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -93,6 +95,7 @@ struct HostMapping {
   void* local = nullptr;    // where tallyd mapped the client's memfd
   size_t size = 0;
   bool registered = false;  // cuMemHostRegister succeeded
+  CUdeviceptr device = 0;   // where the GPU sees it (registered mappings)
 };
 
 class Tenant {
@@ -141,6 +144,15 @@ class Tenant {
   CUresult unmapHostMemory(uint64_t clientAddress);
   // Local address of [clientAddress, +size) if it lies inside one mapping, else nullptr.
   void* hostAddress(uint64_t clientAddress, size_t size) const;
+  // A u32 word of a registered mapping, where tallyd and the GPU see it (host callbacks).
+  struct SharedWord {
+    uint32_t* local;
+    CUdeviceptr device;
+  };
+  std::optional<SharedWord> sharedWord(uint64_t clientAddress) const;
+  // A stream waits on this word: the mapping stays until the tenant ends, and release() fills
+  // the word so that callbacks the client will never run hold nothing.
+  void holdSharedDoneWord(uint32_t* local) { sharedDoneWords_.insert(local); }
 
   // --- modules --------------------------------------------------------------------------
   // Loads `variants` (the compiled variant module of the image's PTX) when given and loadable,
@@ -164,6 +176,13 @@ class Tenant {
 
   TenantCounters& counters() { return counters_; }
   const TenantCounters& counters() const { return counters_; }
+
+  // Host callbacks whose stream waits on the GPU for the client's HostFuncDone. While any is
+  // outstanding the scheduler must not hold this tenant's thread: the done message it would
+  // keep from being read may be what the GPU (and through a shared hardware queue, HP) waits for.
+  void noteHostFuncAwaited() { ++hostFuncsAwaited_; }
+  void noteHostFuncsDone(uint32_t count) { hostFuncsAwaited_ -= std::min(count, hostFuncsAwaited_); }
+  bool awaitsHostFuncs() const { return hostFuncsAwaited_ > 0; }
 
   // --- errors of one-way calls ---------------------------------------------------------
   void deferError(CUresult r) {
@@ -212,6 +231,8 @@ class Tenant {
   std::unordered_map<uint64_t, ModuleState> modules_;
   std::unordered_map<uint64_t, FunctionState> functions_;
   std::vector<uint32_t*> retiredHostFlags_;
+  uint32_t hostFuncsAwaited_ = 0;
+  std::set<uint32_t*> sharedDoneWords_;
   std::map<int, size_t> requestedLimits_;  // of destroyed streams
   CUresult deferred_ = CUDA_SUCCESS;
   std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);
