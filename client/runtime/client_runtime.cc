@@ -193,7 +193,10 @@ StagingRing* ClientRuntime::stagingRing() {
 HostCallbackWords* ClientRuntime::hostCallbackWords() {
   if (!sharedHostMemory_ || ready() != CUDA_SUCCESS) return nullptr;
   std::call_once(callbackWordsOnce_, [this] {
-    callbackWords_ = HostCallbackWords::open(*this, [this] { hostCallbacksRun_.fetch_add(1); });
+    auto map = [this](size_t bytes, void*& local, uint64_t& serverAddress) {
+      return mapSharedHostMemory(bytes, local, serverAddress);
+    };
+    callbackWords_ = HostCallbackWords::open(map, [this] { hostCallbacksRun_.fetch_add(1); });
   });
   return callbackWords_.get();
 }

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <vector>
 
-#include "client/runtime/client_runtime.h"
 
 namespace tally::client {
 namespace {
@@ -13,10 +12,10 @@ constexpr size_t kRegionBytes = 64 * 1024;  // 8192 streams with callbacks
 constexpr auto kPollPeriod = std::chrono::microseconds(10);
 }  // namespace
 
-std::unique_ptr<HostCallbackWords> HostCallbackWords::open(ClientRuntime& runtime, std::function<void()> onCallbackRun) {
+std::unique_ptr<HostCallbackWords> HostCallbackWords::open(const MapRegion& mapRegion, std::function<void()> onCallbackRun) {
   void* region = nullptr;
   uint64_t serverAddress = 0;
-  if (runtime.mapSharedHostMemory(kRegionBytes, region, serverAddress) != CUDA_SUCCESS) return nullptr;
+  if (mapRegion(kRegionBytes, region, serverAddress) != CUDA_SUCCESS) return nullptr;
   if (serverAddress == 0) return nullptr;  // not registered there: the GPU cannot see the words
   return std::unique_ptr<HostCallbackWords>(
       new HostCallbackWords(static_cast<uint32_t*>(region), kRegionBytes / (2 * sizeof(uint32_t)), std::move(onCallbackRun)));
@@ -25,10 +24,17 @@ std::unique_ptr<HostCallbackWords> HostCallbackWords::open(ClientRuntime& runtim
 HostCallbackWords::HostCallbackWords(uint32_t* words, size_t slots, std::function<void()> onCallbackRun)
     : words_(words), slotCount_(slots), onCallbackRun_(std::move(onCallbackRun)) {
   thread_ = std::thread([this] { run(); });
-  thread_.detach();  // the runtime is never destroyed; callbacks may run during exit
 }
 
-HostCallbackWords::~HostCallbackWords() = default;
+// Only tests get here: the client runtime is never destroyed (callbacks may run during exit).
+HostCallbackWords::~HostCallbackWords() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
 
 bool HostCallbackWords::enqueue(uint64_t stream, std::function<void()> callback, Ticket& ticket) {
   std::lock_guard lock(mutex_);
@@ -82,7 +88,8 @@ void HostCallbackWords::run() {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // poll at microsecond steps while callbacks are pending
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return pendingCount_ > 0; });
+    wake_.wait(lock, [&] { return pendingCount_ > 0 || stopping_; });
+    if (stopping_) return;
     if (!runReady(lock)) {
       lock.unlock();
       std::this_thread::sleep_for(kPollPeriod);

@@ -7,6 +7,8 @@
 // so a load waiting for a stream parked at a callback could wait forever (docs/scheduler.md).
 #pragma once
 
+#include <cuda.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -19,12 +21,12 @@
 
 namespace tally::client {
 
-class ClientRuntime;
-
 class HostCallbackWords {
  public:
+  // Maps `bytes` shared with tallyd: the local address and where tallyd's GPU sees it (0: not).
+  using MapRegion = std::function<CUresult(size_t bytes, void*& local, uint64_t& serverAddress)>;
   // Maps the region (one call to tallyd); nullptr when memory cannot be shared.
-  static std::unique_ptr<HostCallbackWords> open(ClientRuntime& runtime, std::function<void()> onCallbackRun);
+  static std::unique_ptr<HostCallbackWords> open(const MapRegion& mapRegion, std::function<void()> onCallbackRun);
   ~HostCallbackWords();
 
   struct Ticket {
@@ -62,6 +64,7 @@ class HostCallbackWords {
   std::condition_variable wake_;
   std::map<uint64_t, Slot> slots_;  // by stream id
   size_t pendingCount_ = 0;
+  bool stopping_ = false;
   std::thread thread_;
 };
 
