@@ -287,7 +287,8 @@ std::optional<Tenant::SharedWord> Tenant::sharedWord(uint64_t clientAddress) con
   if (it == hostMappings_.begin()) return std::nullopt;
   --it;
   uint64_t offset = clientAddress - it->first;
-  if (!it->second.registered || it->second.device == 0 || offset > it->second.size - sizeof(uint32_t)) {
+  if (!it->second.registered || it->second.device == 0 || it->second.size < sizeof(uint32_t) ||
+      offset > it->second.size - sizeof(uint32_t)) {
     return std::nullopt;
   }
   return SharedWord{reinterpret_cast<uint32_t*>(static_cast<char*>(it->second.local) + offset), it->second.device + offset};
