@@ -180,10 +180,7 @@ def main():
     a = p.parse_args()
     rows = load(a.runs)
     text = section(rows, clock_summary(a.clocks))
-    if a.markdown:
-        markdown_region.update_markdown(a.markdown, BEGIN, END, text)
-    else:
-        print(text)
+    markdown_region.publish(text, a.markdown, BEGIN, END)
     if a.plot:
         plot(rows, a.plot)
 

@@ -35,6 +35,15 @@ def update_markdown(path, begin, end, section, intro="# Benchmarks\n"):
     os.replace(tmp, path)
 
 
+def publish(section, path, begin, end):
+    """Writes `section` into the region of the markdown file `path`, or prints it when no file
+    is given (the report scripts' --markdown option)."""
+    if path:
+        update_markdown(path, begin, end, section)
+    else:
+        print(section)
+
+
 def pyplot(script):
     """matplotlib.pyplot with the Agg backend, or None (and a message) when it is missing."""
     try:

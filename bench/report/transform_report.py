@@ -85,10 +85,7 @@ def main():
     with open(a.json) as f:
         data = json.load(f)
     text = section(data)
-    if a.markdown:
-        markdown_region.update_markdown(a.markdown, BEGIN, END, text)
-    else:
-        print(text)
+    markdown_region.publish(text, a.markdown, BEGIN, END)
     if a.plot:
         plot(data, a.plot)
 
