@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Soak (issue #5): many tenants run GPU suite programs against one tallyd for a while, some
+# killed with SIGKILL at random moments (mid-kernel, mid-copy, mid-handshake, mid-preemption);
+# afterwards tallyd must hold no tenant and be back at its idle GPU memory, threads and file
+# descriptors. Writes a JSON summary (stdout and $OUT/soak.json when OUT is set).
+#
+#   tests/gpu/soak.sh BUILD_DIR [--seconds S] [--tenants N] [--kill-percent P]
+#     defaults: 600 s, 32 tenants, 30 % of the runs killed at a random time in 0–2 s
+# Tenants alternate high priority and best effort under --policy priority. Left out: programs
+# whose kernel waits for its own later call (host_threads: docs/scheduler.md) and kernel_printf
+# (its output goes to tallyd). Exit: 0 clean, 1 something leaked or a completed run failed,
+# 77 no GPU visible.
+set -uo pipefail
+[[ $# -ge 1 ]] || { sed -n 2,12p "$0"; exit 2; }
+BUILD=$(cd "$1" && pwd); shift
+SECONDS_TOTAL=600 TENANTS=32 KILL_PERCENT=30
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --seconds) SECONDS_TOTAL=$2; shift 2 ;;
+    --tenants) TENANTS=$2; shift 2 ;;
+    --kill-percent) KILL_PERCENT=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[[ -e /dev/nvidia0 ]] || { echo "SKIP: no GPU visible (no /dev/nvidia0)"; exit 77; }
+PROGRAMS=(vector_add reduction_atomics grids_2d_3d dynamic_smem templates_structs symbols streams_events
+          pinned_async driver_ptx error_cases memcpy_2d host_callbacks coop_launch_ex large_transfers warp_ops)
+WORK=$(mktemp -d /tmp/tally-soak.XXXXXX)
+SOCK=$WORK/tallyd.sock ADMIN=$WORK/admin.sock
+
+"$BUILD/server/tallyd" --listen "unix:$SOCK" --admin "unix:$ADMIN" --policy priority --cache-dir "$WORK/cache" \
+  >"$WORK/tallyd.log" 2>&1 &
+TALLYD=$!
+trap 'kill $TALLYD 2>/dev/null; wait $TALLYD 2>/dev/null' EXIT
+for _ in $(seq 1 100); do [[ -S $SOCK ]] && break; sleep 0.05; done
+
+# What tallyd holds when no tenant is connected (after one tenant came and went, so that lazily
+# made state — completion threads, staging buffers, module caches — is part of "idle").
+gpu_mib() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p="$TALLYD" '$1==p {print $2}'; }
+threads() { ls "/proc/$TALLYD/task" | wc -l; }
+fds() { ls "/proc/$TALLYD/fd" | wc -l; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$TALLYD/status"; }
+env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_TENANT=warmup \
+  timeout 60 "$BUILD/tests/gpu/gpu_vector_add" >/dev/null 2>&1
+sleep 1
+IDLE_GPU=$(gpu_mib) IDLE_THREADS=$(threads) IDLE_FDS=$(fds) IDLE_RSS=$(rss_kib)
+
+tenant_loop() {  # tenant_loop INDEX: runs programs until the deadline; one line per run
+  local i=$1 deadline=$2 priority=best-effort
+  (( i % 2 == 0 )) && priority=high
+  RANDOM=$((i * 7919 + 1))
+  while (( $(date +%s) < deadline )); do
+    local prog=${PROGRAMS[RANDOM % ${#PROGRAMS[@]}]}
+    # timeout leads its own process group (its pid is $!): killing the group kills the client.
+    env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_TENANT="soak-$i" \
+      TALLY_PRIORITY="$priority" timeout -s KILL 120 "$BUILD/tests/gpu/gpu_$prog" >/dev/null 2>&1 &
+    local pid=$! outcome
+    if (( RANDOM % 100 < KILL_PERCENT )); then
+      sleep "$((RANDOM % 2)).$((RANDOM % 10))$((RANDOM % 10))"
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null; outcome=killed
+    else
+      if wait "$pid"; then outcome=passed; else outcome="failed:$?"; fi
+    fi
+    echo "$prog $priority $outcome"
+  done
+}
+DEADLINE=$(( $(date +%s) + SECONDS_TOTAL ))
+for i in $(seq 1 "$TENANTS"); do tenant_loop "$i" "$DEADLINE" >"$WORK/tenant-$i.log" & done
+PEAK_TENANTS=0
+while (( $(date +%s) < DEADLINE )); do
+  n=$("$BUILD/server/tallyctl" --socket "$ADMIN" status 2>/dev/null | awk '/^tenants/ {print $2}')
+  (( ${n:-0} > PEAK_TENANTS )) && PEAK_TENANTS=$n
+  sleep 2
+done
+wait $(jobs -p | grep -v "^$TALLYD$") 2>/dev/null
+sleep 3  # releases of the last tenants finish
+AFTER_GPU=$(gpu_mib) AFTER_THREADS=$(threads) AFTER_FDS=$(fds) AFTER_RSS=$(rss_kib)
+LEFT=$("$BUILD/server/tallyctl" --socket "$ADMIN" status | awk '/^tenants/ {print $2}')
+cat "$WORK"/tenant-*.log >"$WORK/runs.txt"
+RUNS=$(wc -l <"$WORK/runs.txt") KILLED=$(grep -c ' killed$' "$WORK/runs.txt") PASSED=$(grep -c ' passed$' "$WORK/runs.txt")
+FAILED=$(grep -c ' failed:' "$WORK/runs.txt")
+ALIVE=0; kill -0 "$TALLYD" 2>/dev/null && ALIVE=1
+SUMMARY=$(printf '{"seconds":%s,"tenants":%s,"kill_percent":%s,"runs":%s,"passed":%s,"killed":%s,"failed":%s,"peak_connected":%s,"tenants_left":%s,"tallyd_alive":%s,"gpu_mib":{"idle":%s,"after":%s},"threads":{"idle":%s,"after":%s},"fds":{"idle":%s,"after":%s},"rss_kib":{"idle":%s,"after":%s}}' \
+  "$SECONDS_TOTAL" "$TENANTS" "$KILL_PERCENT" "$RUNS" "$PASSED" "$KILLED" "$FAILED" "$PEAK_TENANTS" "${LEFT:-null}" "$ALIVE" \
+  "${IDLE_GPU:-null}" "${AFTER_GPU:-null}" "$IDLE_THREADS" "$AFTER_THREADS" "$IDLE_FDS" "$AFTER_FDS" "$IDLE_RSS" "$AFTER_RSS")
+echo "$SUMMARY"
+grep ' failed:' "$WORK/runs.txt" | sort | uniq -c | head -20
+if [[ -n ${OUT:-} ]]; then
+  echo "$SUMMARY" >"$OUT/soak.json"
+  tail -200 "$WORK/tallyd.log" >"$OUT/soak-tallyd.log"
+fi
+[[ $ALIVE == 1 && ${LEFT:-1} == 0 && $FAILED == 0 && ${AFTER_GPU:-x} == "${IDLE_GPU:-y}" && $AFTER_THREADS == "$IDLE_THREADS" && $AFTER_FDS == "$IDLE_FDS" ]]
