@@ -11,6 +11,7 @@
 #include "server/session/outbox.h"
 #include "server/session/tenant.h"
 #include "server/scheduler/policy.h"
+#include "server/session/hangup_watch.h"
 #include "server/transform/cache/variant_store.h"
 
 #include <capnp/message.h>
@@ -37,6 +38,8 @@ struct Services {
   uint64_t stressSeed = 0;
   // How launches reach the GPU (server/scheduler); never null once tallyd runs.
   scheduler::Policy* policy = nullptr;
+  // Releases a dead tenant's host-callback waits while its thread is stuck (null: only at release).
+  session::HangupWatch* hangups = nullptr;
 };
 
 // Fills the union part of a Reply.

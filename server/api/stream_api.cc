@@ -66,7 +66,7 @@ void elapsedTime(CallContext& ctx, wire::EventElapsedTime::Reader args) {
   ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setElapsedMs(ms); });
 }
 
-CUresult ensureHostFlag(session::StreamState& s) {
+CUresult ensureHostFlag(session::Tenant& tenant, session::StreamState& s) {
   if (s.hostFlag != nullptr) return CUDA_SUCCESS;
   void* flag = nullptr;
   if (CUresult r = cuMemHostAlloc(&flag, sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
@@ -75,13 +75,14 @@ CUresult ensureHostFlag(session::StreamState& s) {
   }
   s.hostFlag = static_cast<uint32_t*>(flag);
   *s.hostFlag = 0;
+  tenant.hostWaits()->add(s.hostFlag);
   return cuMemHostGetDevicePointer(&s.hostFlagDevice, flag, 0);
 }
 
 // The stream reaches the callback: tell the client (which runs it) and hold the stream until
 // the client says it is done, with a stream memory wait on a pinned flag.
 void hostFuncByMessages(CallContext& ctx, session::StreamState& s, uint64_t callback) {
-  if (CUresult r = ensureHostFlag(s); r != CUDA_SUCCESS) return ctx.finish(r);
+  if (CUresult r = ensureHostFlag(ctx.tenant(), s); r != CUDA_SUCCESS) return ctx.finish(r);
   uint32_t sequence = ++s.hostFuncIssued;
   uint64_t streamId = s.id;
   CUresult r = afterStream(ctx, *s.gpu, s.stream, [outbox = ctx.outbox(), streamId, sequence, callback](CUresult) {

@@ -169,6 +169,8 @@ int run(int argc, char** argv) {
     return 2;
   }
   services.policy = policyImpl.get();
+  session::HangupWatch hangups;
+  services.hangups = &hangups;
   if (config.scheduler.policy == "priority") {
     const auto& c = config.scheduler;
     spdlog::info("scheduler: priority (gate {}, transforms {}, stream priorities {}, budget {} µs, idle window {} µs)",

@@ -219,11 +219,25 @@ bool Session::serve(frame::StreamReader& reader) {
   }
 }
 
+// If the client dies while this thread is inside a driver call that waits for the GPU (a
+// module load or free waits for every stream of the context), the streams parked at this
+// tenant's host callbacks must still be let go — without this thread.
+uint64_t Session::watchForHangup() {
+  if (services_.hangups == nullptr) return 0;
+  return services_.hangups->watch(fd_, [waits = tenant_->hostWaits(), id = tenantId_, name = tenant_->name()] {
+    if (size_t filled = waits->releaseAll(); filled > 0) {
+      spdlog::info("tenant {} ({}) hung up: released {} host-callback wait(s) ahead of its thread", id, name, filled);
+    }
+  });
+}
+
 void Session::run() {
   frame::StreamReader reader(fd_);
   reader.setSpinMicros(services_.pollMicros);
   if (handshake(reader)) {
+    uint64_t watch = watchForHangup();
     serve(reader);
+    if (watch != 0) services_.hangups->unwatch(watch);
   }
   ::shutdown(fd_, SHUT_RDWR);
   if (tenant_) {

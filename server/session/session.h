@@ -55,6 +55,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Authentication, then the priority rule; refuses the peer (and returns nullopt) if either fails.
   std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);
+  // Registers the connection with services_.hangups (0: none).
+  uint64_t watchForHangup();
   // Sends Welcome{accepted=false, error=why} and logs the peer, why and `detail`.
   void refuse(const std::string& why, const std::string& detail = {});
 

@@ -361,11 +361,7 @@ void Tenant::release() {
   if (released_) return;
   released_ = true;
   // Host callbacks the client will never run must not hold streams forever.
-  for (auto& [id, s] : streams_) {
-    if (s->hostFlag != nullptr) __atomic_store_n(s->hostFlag, UINT32_MAX, __ATOMIC_RELEASE);
-  }
-  for (uint32_t* flag : retiredHostFlags_) __atomic_store_n(flag, UINT32_MAX, __ATOMIC_RELEASE);
-  for (uint32_t* word : sharedDoneWords_) __atomic_store_n(word, UINT32_MAX, __ATOMIC_RELEASE);
+  hostWaits_->releaseAll();
   // Memory may be freed only once no kernel of this tenant can still touch it.
   for (auto& [id, s] : streams_) {
     s->gpu->makeCurrent();

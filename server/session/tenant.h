@@ -10,6 +10,7 @@
 
 #include "server/gpu/gpu.h"
 #include "server/session/auth.h"
+#include "server/session/host_waits.h"
 
 #include <cuda.h>
 
@@ -150,9 +151,15 @@ class Tenant {
     CUdeviceptr device;
   };
   std::optional<SharedWord> sharedWord(uint64_t clientAddress) const;
-  // A stream waits on this word: the mapping stays until the tenant ends, and release() fills
-  // the word so that callbacks the client will never run hold nothing.
-  void holdSharedDoneWord(uint32_t* local) { sharedDoneWords_.insert(local); }
+  // A stream waits on this word: the mapping stays until the tenant ends, and the word is
+  // filled when the client is gone so that callbacks it will never run hold nothing.
+  void holdSharedDoneWord(uint32_t* local) {
+    sharedDoneWords_.insert(local);
+    hostWaits_->add(local);
+  }
+  // Every word this tenant's streams wait on for its client (host_waits.h); shared with the
+  // HangupWatch, which may release them while this tenant's thread is stuck.
+  const std::shared_ptr<HostWaits>& hostWaits() const { return hostWaits_; }
 
   // --- modules --------------------------------------------------------------------------
   // Loads `variants` (the compiled variant module of the image's PTX) when given and loadable,
@@ -233,6 +240,7 @@ class Tenant {
   std::vector<uint32_t*> retiredHostFlags_;
   uint32_t hostFuncsAwaited_ = 0;
   std::set<uint32_t*> sharedDoneWords_;
+  std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
   std::map<int, size_t> requestedLimits_;  // of destroyed streams
   CUresult deferred_ = CUDA_SUCCESS;
   std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);
