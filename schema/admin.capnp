@@ -52,6 +52,7 @@ struct TenantStats {
   heldLaunches @9 :UInt64;        # best-effort launches the scheduler held back ...
   heldMicros @10 :UInt64;         # ... for this long in total ...
   heldHistogram @11 :List(UInt64);  # ... < 10 µs, < 100 µs, < 1 ms, < 10 ms, longer
+  throttledMicros @12 :UInt64;    # time its calls waited for its max_calls_per_second
 }
 
 struct AdminReply {

@@ -113,6 +113,7 @@ void fillStats(wire::AdminReply::Builder reply, AdminState& state) {
     out.setPreemptions(c.preemptions.load(relaxed));
     out.setHeldLaunches(c.heldLaunches.load(relaxed));
     out.setHeldMicros(c.heldMicros.load(relaxed));
+    out.setThrottledMicros(c.throttledMicros.load(relaxed));
     auto histogram = out.initHeldHistogram(static_cast<unsigned>(c.heldHistogram.size()));
     for (unsigned i = 0; i < c.heldHistogram.size(); ++i) histogram.set(i, c.heldHistogram[i].load(relaxed));
     out.setBytesHostToDevice(c.bytesHostToDevice.load(relaxed));

@@ -104,6 +104,12 @@ std::string renderMetrics(AdminState& state) {
                        c.heldMicros.load(relaxed) / 1e6);
     out += fmt::format("tally_tenant_queueing_delay_seconds_count{{{}}} {}\n", labels, c.heldLaunches.load(relaxed));
   }
+  header(out, {"tally_tenant_throttled_seconds_total", "counter",
+               "how long the tenant's calls waited for its max_calls_per_second"});
+  for (const auto& [session, t] : tenants) {
+    out += fmt::format("tally_tenant_throttled_seconds_total{{tenant=\"{}\",id=\"{}\"}} {}\n", labelValue(t->name()),
+                       t->id(), t->counters().throttledMicros.load(relaxed) / 1e6);
+  }
   return out;
 }
 

@@ -12,7 +12,8 @@ namespace {
 
 // Every key of a [[tenant]] entry; anything else is an error.
 const std::set<std::string> kTenantKeys = {"name",         "token_sha256",       "unix_uid",   "tls_subject",
-                                           "allowed_priority", "cap_priority", "memory_quota_bytes", "max_streams"};
+                                           "allowed_priority", "cap_priority", "memory_quota_bytes", "max_streams",
+                                           "max_calls_per_second"};
 
 // Reads an optional integer key into `out`, checking its type and range [low, high].
 template <typename T>
@@ -117,7 +118,8 @@ bool readTenant(const toml::table& table, session::TenantRule& rule, std::string
   return readBool(table, "cap_priority", rule.capPriority, error) &&
          readInteger(table, "memory_quota_bytes", rule.limits.memoryQuotaBytes, 0,
                      std::numeric_limits<int64_t>::max(), error) &&
-         readInteger(table, "max_streams", rule.limits.maxStreams, 0, std::numeric_limits<int32_t>::max(), error);
+         readInteger(table, "max_streams", rule.limits.maxStreams, 0, std::numeric_limits<int32_t>::max(), error) &&
+         readInteger(table, "max_calls_per_second", rule.limits.maxCallsPerSecond, 0, 100'000'000, error);
 }
 
 // Names and credentials (token hash, uid, certificate subject together) must be unique, or a

@@ -25,6 +25,7 @@ using Sha256 = std::array<uint8_t, 32>;
 struct TenantLimits {
   uint64_t memoryQuotaBytes = 0;
   uint32_t maxStreams = 0;
+  uint64_t maxCallsPerSecond = 0;  // 0: unlimited (call_rate_limit.h)
 };
 
 // One [[tenant]] entry. At least one of tokenSha256 / unixUid / tlsSubject is set; a peer must

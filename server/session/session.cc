@@ -159,6 +159,7 @@ bool Session::greet(frame::IncomingFrame& frame) {
     return false;
   }
   tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, services_.gpus, admission->limits);
+  rateLimit_ = CallRateLimit(admission->limits.maxCallsPerSecond);
   if (services_.policy != nullptr) {
     const bool high = admission->priority == PriorityClass::kHigh;
     if (services_.policy->streamPriority(high, *services_.gpus.front())) tenant_->setStreamBand(high);
@@ -202,6 +203,7 @@ bool Session::serve(frame::StreamReader& reader) {
         return false;
       }
       for (auto call : message.getCalls()) {
+        throttle();
         api::CallContext ctx(*tenant_, outbox_, reader, bulkLeft, call.getId(), services_);
         if (!api::dispatch(ctx, call)) {
           spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), ctx.protocolErrorText());
@@ -217,6 +219,20 @@ bool Session::serve(frame::StreamReader& reader) {
       return false;
     }
   }
+}
+
+// Holds the next call back while the tenant is over its max_calls_per_second.
+void Session::throttle() {
+  if (!rateLimit_.limited()) return;
+  std::chrono::nanoseconds delay = rateLimit_.delayFor(CallRateLimit::Clock::now());
+  if (delay.count() <= 0) return;
+  if (!throttleLogged_) {
+    throttleLogged_ = true;
+    spdlog::info("tenant {} ({}) exceeds max_calls_per_second ({}): its calls are slowed down", tenantId_,
+                 tenant_->name(), tenant_->limits().maxCallsPerSecond);
+  }
+  std::this_thread::sleep_for(delay);
+  tenant_->counters().throttledMicros.fetch_add(static_cast<uint64_t>(delay.count() / 1000), std::memory_order_relaxed);
 }
 
 // If the client dies while this thread is inside a driver call that waits for the GPU (a

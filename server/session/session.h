@@ -4,6 +4,7 @@
 #pragma once
 
 #include "server/api/call_context.h"
+#include "server/session/call_rate_limit.h"
 
 #include <atomic>
 #include <chrono>
@@ -55,6 +56,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Authentication, then the priority rule; refuses the peer (and returns nullopt) if either fails.
   std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);
+  void throttle();
   // Registers the connection with services_.hangups (0: none).
   uint64_t watchForHangup();
   // Sends Welcome{accepted=false, error=why} and logs the peer, why and `detail`.
@@ -67,6 +69,8 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::atomic<bool>& draining_;
   std::shared_ptr<Outbox> outbox_;
   std::unique_ptr<Tenant> tenant_;
+  CallRateLimit rateLimit_{0};
+  bool throttleLogged_ = false;
   std::chrono::system_clock::time_point admittedAt_;
   std::atomic<bool> admitted_{false};  // publishes tenant_ and admittedAt_ to other threads
   std::function<void(Session&)> onExit_;

@@ -82,6 +82,7 @@ struct TenantCounters {
   std::atomic<uint64_t> bytesDeviceToHost{0};
   std::atomic<uint64_t> memoryBytes{0};  // allocated device memory, stored after each change
   std::atomic<uint32_t> streams{0};      // created streams (not the legacy default ones), likewise
+  std::atomic<uint64_t> throttledMicros{0};  // time its calls waited for max_calls_per_second
   std::atomic<uint64_t> slicedLaunches{0};  // launches run as sliced / PTB kernel variants
   std::atomic<uint64_t> ptbLaunches{0};
   std::atomic<uint64_t> preemptions{0};     // PTB retreat points set (one set after the grid is done stops nothing)
