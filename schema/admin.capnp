@@ -53,6 +53,8 @@ struct TenantStats {
   heldMicros @10 :UInt64;         # ... for this long in total ...
   heldHistogram @11 :List(UInt64);  # ... < 10 µs, < 100 µs, < 1 ms, < 10 ms, longer
   throttledMicros @12 :UInt64;    # time its calls waited for its max_calls_per_second
+  syncWaits @13 :UInt64;          # synchronizing calls answered after waiting for the GPU ...
+  syncWaitMicros @14 :UInt64;     # ... and their total wait (arrival to answer)
 }
 
 struct AdminReply {

@@ -111,11 +111,13 @@ void fillStats(wire::AdminReply::Builder reply, AdminState& state) {
     out.setSlicedLaunches(c.slicedLaunches.load(relaxed));
     out.setPtbLaunches(c.ptbLaunches.load(relaxed));
     out.setPreemptions(c.preemptions.load(relaxed));
-    out.setHeldLaunches(c.heldLaunches.load(relaxed));
-    out.setHeldMicros(c.heldMicros.load(relaxed));
+    out.setHeldLaunches(c.held.count());
+    out.setHeldMicros(c.held.totalMicros());
     out.setThrottledMicros(c.throttledMicros.load(relaxed));
-    auto histogram = out.initHeldHistogram(static_cast<unsigned>(c.heldHistogram.size()));
-    for (unsigned i = 0; i < c.heldHistogram.size(); ++i) histogram.set(i, c.heldHistogram[i].load(relaxed));
+    auto histogram = out.initHeldHistogram(metrics::LatencyHistogram::kBuckets);
+    for (unsigned i = 0; i < metrics::LatencyHistogram::kBuckets; ++i) histogram.set(i, c.held.bucket(i));
+    out.setSyncWaits(c.syncWaits->count());
+    out.setSyncWaitMicros(c.syncWaits->totalMicros());
     out.setBytesHostToDevice(c.bytesHostToDevice.load(relaxed));
     out.setBytesDeviceToHost(c.bytesDeviceToHost.load(relaxed));
   }

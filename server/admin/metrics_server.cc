@@ -38,8 +38,23 @@ void header(std::string& out, const Family& f) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
 }
 
-// The held-launch buckets of TenantCounters, as histogram upper bounds in seconds.
-constexpr const char* kHeldBounds[] = {"1e-05", "0.0001", "0.001", "0.01", "+Inf"};
+// One per-tenant histogram family (Prometheus: cumulative buckets, sum, count).
+template <typename Tenants, typename Pick>
+void histogram(std::string& out, const Family& f, const Tenants& tenants, Pick pick) {
+  header(out, f);
+  for (const auto& [session, t] : tenants) {
+    const metrics::LatencyHistogram& h = pick(t->counters());
+    std::string labels = fmt::format("tenant=\"{}\",id=\"{}\"", labelValue(t->name()), t->id());
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < metrics::LatencyHistogram::kBuckets; ++i) {
+      cumulative += h.bucket(i);
+      out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", f.name, labels, metrics::LatencyHistogram::kUpperBounds[i],
+                         cumulative);
+    }
+    out += fmt::format("{}_sum{{{}}} {}\n", f.name, labels, h.totalMicros() / 1e6);
+    out += fmt::format("{}_count{{{}}} {}\n", f.name, labels, h.count());
+  }
+}
 
 }  // namespace
 
@@ -89,21 +104,12 @@ std::string renderMetrics(AdminState& state) {
       out += fmt::format("{}{{{}}} {}\n", name, labels, value);
     }
   }
-  header(out, {"tally_tenant_queueing_delay_seconds", "histogram",
-               "how long the scheduler held back best-effort launches"});
-  for (const auto& [session, t] : tenants) {
-    const session::TenantCounters& c = t->counters();
-    std::string labels = fmt::format("tenant=\"{}\",id=\"{}\"", labelValue(t->name()), t->id());
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < c.heldHistogram.size(); ++i) {
-      cumulative += c.heldHistogram[i].load(relaxed);
-      out += fmt::format("tally_tenant_queueing_delay_seconds_bucket{{{},le=\"{}\"}} {}\n", labels, kHeldBounds[i],
-                         cumulative);
-    }
-    out += fmt::format("tally_tenant_queueing_delay_seconds_sum{{{}}} {}\n", labels,
-                       c.heldMicros.load(relaxed) / 1e6);
-    out += fmt::format("tally_tenant_queueing_delay_seconds_count{{{}}} {}\n", labels, c.heldLaunches.load(relaxed));
-  }
+  histogram(out, {"tally_tenant_queueing_delay_seconds", "histogram",
+                  "how long the scheduler held back best-effort launches"},
+            tenants, [](const session::TenantCounters& c) -> const metrics::LatencyHistogram& { return c.held; });
+  histogram(out, {"tally_tenant_sync_wait_seconds", "histogram",
+                  "how long synchronizing calls waited for the GPU (for inference: a request latency estimate)"},
+            tenants, [](const session::TenantCounters& c) -> const metrics::LatencyHistogram& { return *c.syncWaits; });
   header(out, {"tally_tenant_throttled_seconds_total", "counter",
                "how long the tenant's calls waited for its max_calls_per_second"});
   for (const auto& [session, t] : tenants) {

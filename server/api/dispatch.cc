@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace tally::server::api {
 
@@ -82,7 +83,11 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
 void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive) {
   if (ctx.oneWay() && !keepalive) return;
   auto reply = ctx.replyLater();
-  CUresult r = afterStream(ctx, g, stream, [reply, keepalive](CUresult status) { reply(status, {}); });
+  auto started = std::chrono::steady_clock::now();
+  CUresult r = afterStream(ctx, g, stream, [reply, keepalive, started, waits = ctx.tenant().counters().syncWaits](CUresult status) {
+    waits->record(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
+    reply(status, {});
+  });
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }
 

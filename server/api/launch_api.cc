@@ -136,9 +136,7 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
   k.slicedLaunches = &counters.slicedLaunches;
   k.ptbLaunches = &counters.ptbLaunches;
   k.preemptions = &counters.preemptions;
-  k.heldLaunches = &counters.heldLaunches;
-  k.heldMicros = &counters.heldMicros;
-  k.heldHistogram = counters.heldHistogram.data();
+  k.held = &counters.held;
   return k;
 }
 

@@ -112,7 +112,7 @@ void printTenants(capnp::List<tally::wire::TenantInfo>::Reader tenants) {
 void printStats(capnp::List<tally::wire::TenantStats>::Reader stats) {
   std::vector<std::vector<std::string>> rows{
       {"ID", "NAME", "CALLS", "LAUNCHES", "SLICED", "PTB", "RETREATS", "HELD", "HELD<10us/100us/1ms/10ms/more",
-       "THROTTLED", "H2D", "D2H"}};
+       "THROTTLED", "SYNC-WAITS(mean)", "H2D", "D2H"}};
   for (auto t : stats) {
     std::string histogram;
     for (uint64_t n : t.getHeldHistogram()) histogram += (histogram.empty() ? "" : "/") + std::to_string(n);
@@ -121,6 +121,9 @@ void printStats(capnp::List<tally::wire::TenantStats>::Reader stats) {
                     std::to_string(t.getPtbLaunches()), std::to_string(t.getPreemptions()),
                     fmt::format("{} ({:.1f} ms)", t.getHeldLaunches(), t.getHeldMicros() / 1000.0),
                     histogram.empty() ? "-" : histogram, fmt::format("{:.1f} ms", t.getThrottledMicros() / 1000.0),
+                    t.getSyncWaits() == 0 ? "-"
+                                          : fmt::format("{} ({:.3f} ms)", t.getSyncWaits(),
+                                                        t.getSyncWaitMicros() / 1000.0 / double(t.getSyncWaits())),
                     bytesText(t.getBytesHostToDevice()),
                     bytesText(t.getBytesDeviceToHost())});
   }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/metrics/latency_histogram.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/variant_launch.h"
 
@@ -53,9 +54,7 @@ struct KernelLaunch {
   std::atomic<uint64_t>* slicedLaunches = nullptr;
   std::atomic<uint64_t>* ptbLaunches = nullptr;
   std::atomic<uint64_t>* preemptions = nullptr;
-  std::atomic<uint64_t>* heldLaunches = nullptr;   // launches the policy held back ...
-  std::atomic<uint64_t>* heldMicros = nullptr;     // ... for this long in total ...
-  std::atomic<uint64_t>* heldHistogram = nullptr;  // ... distributed: 5 counters, < 10 µs … ≥ 10 ms
+  metrics::LatencyHistogram* held = nullptr;       // launches the policy held back, and how long
 };
 
 class Policy {

@@ -44,11 +44,8 @@ uint64_t waveBlocks(CUfunction f, const gpu::Gpu& g, const gpu::LaunchShape& sha
 
 // Counts a launch held back for `micros` in the tenant's counters (tallyctl stats).
 void countHeld(const KernelLaunch& k, double micros) {
-  if (k.heldLaunches == nullptr || micros < 1) return;
-  k.heldLaunches->fetch_add(1, std::memory_order_relaxed);
-  k.heldMicros->fetch_add(static_cast<uint64_t>(micros), std::memory_order_relaxed);
-  size_t bucket = micros < 10 ? 0 : micros < 100 ? 1 : micros < 1000 ? 2 : micros < 10000 ? 3 : 4;
-  k.heldHistogram[bucket].fetch_add(1, std::memory_order_relaxed);
+  if (k.held == nullptr || micros < 1) return;
+  k.held->record(micros);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // the tenant), so it needs no lock.
 #pragma once
 
+#include "common/metrics/latency_histogram.h"
 #include "server/gpu/gpu.h"
 #include "server/session/auth.h"
 #include "server/session/host_waits.h"
@@ -88,9 +89,11 @@ struct TenantCounters {
   std::atomic<uint64_t> preemptions{0};     // PTB retreat points set (one set after the grid is done stops nothing)
   // Best-effort launches the scheduler held back (gate closed, or two kernels still running),
   // their total wait, and its distribution: < 10 µs, < 100 µs, < 1 ms, < 10 ms, longer.
-  std::atomic<uint64_t> heldLaunches{0};
-  std::atomic<uint64_t> heldMicros{0};
-  std::array<std::atomic<uint64_t>, 5> heldHistogram{};
+  metrics::LatencyHistogram held;
+  // How long its synchronizing calls (syncs, synchronous copies) waited for the GPU, from arrival
+  // to answer: for an inference tenant, an estimate of its requests' GPU-side latency. Shared:
+  // the completion thread records into it after the call has left the session thread.
+  std::shared_ptr<metrics::LatencyHistogram> syncWaits = std::make_shared<metrics::LatencyHistogram>();
 };
 
 struct HostMapping {

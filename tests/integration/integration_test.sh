@@ -523,7 +523,7 @@ case_operations_status() {
   [[ $(wc -l <"$CTL_OUT") -eq 1 ]] || { show "$CTL_OUT" "tallyctl stdout"; fail "the tenant table is not empty"; }
   pass "the tenant table is empty"
   ctl_ok stats stats
-  ctl_expect '^ID +NAME +CALLS +LAUNCHES +SLICED +PTB +RETREATS +HELD +HELD<10us/100us/1ms/10ms/more +H2D +D2H$' "the stats table's header"
+  ctl_expect '^ID +NAME +CALLS +LAUNCHES +SLICED +PTB +RETREATS +HELD +HELD<10us/100us/1ms/10ms/more +THROTTLED +SYNC-WAITS\(mean\) +H2D +D2H$' "the stats table's header"
   [[ $(wc -l <"$CTL_OUT") -eq 1 ]] || { show "$CTL_OUT" "tallyctl stdout"; fail "the stats table is not empty"; }
   pass "the stats table is empty"
   stop_tallyd
