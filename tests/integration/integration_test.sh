@@ -311,6 +311,46 @@ case_garbage_peer() {
   stop_tallyd  # with the idle peer still connected
 }
 
+# What tallyd holds besides its tenants: open descriptors and threads.
+tallyd_fds() { ls "/proc/$TALLYD_PID/fd" | wc -l; }
+tallyd_threads() { ls "/proc/$TALLYD_PID/task" | wc -l; }
+
+# Clients killed mid-handshake: every prefix of a valid Hello frame (and the whole of it), each
+# connection dropped right after — some with a reset, as for a killed process — and idle peers
+# killed with SIGKILL. tallyd must end where it started: same descriptors and threads, no tenant.
+case_killed_mid_handshake() {
+  command -v capnp >/dev/null 2>&1 || skip "the capnp tool (package capnproto) is not installed"
+  echo "(hello = (protocolVersion = 1, tenantName = \"it-killed\", clientPid = $$))" |
+    capnp encode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ClientMessage >"$TMPD/hello.bin" 2>"$TMPD/encode.err" ||
+    { show "$TMPD/encode.err" "capnp encode"; fail "could not encode a Hello"; }
+  start_tallyd
+  sleep 0.3
+  local fds threads
+  fds=$(tallyd_fds) threads=$(tallyd_threads)
+  raw_peer cuts cuts "$TMPD/hello.bin" 400
+  [[ $PEER_RC -eq 0 ]] || { show "$TMPD/cuts.err" "raw peer stderr"; fail "raw_peer cuts exited $PEER_RC"; }
+  pass "$(cat "$TMPD/cuts.out")"
+  local idle_pids=() i
+  for i in $(seq 1 20); do
+    python3 "$RAW_PEER" "$SOCK" idle >/dev/null 2>&1 </dev/null &
+    idle_pids+=($!)
+  done
+  sleep 0.5
+  kill -KILL "${idle_pids[@]}" 2>/dev/null
+  wait "${idle_pids[@]}" 2>/dev/null
+  pass "20 connected idle peers killed with SIGKILL"
+  assert_tallyd_alive "after the killed clients"
+  local deadline=$(($(now_ms) + 5000))
+  until [[ $(tallyd_fds) -eq $fds && $(tallyd_threads) -eq $threads ]]; do
+    (($(now_ms) < deadline)) || fail "tallyd holds $(tallyd_fds) descriptors and $(tallyd_threads) threads, $fds and $threads before"
+    sleep 0.05
+  done
+  pass "tallyd is back to $fds descriptors and $threads threads"
+  ctl_ok status status
+  ctl_expect '^tenants +0$' "no tenant left"
+  stop_tallyd
+}
+
 case_version_mismatch() {
   command -v capnp >/dev/null 2>&1 || skip "the capnp tool (package capnproto) is not installed"
   [[ -f $SCHEMA_DIR/envelope.capnp ]] || fail "schema not found: $SCHEMA_DIR/envelope.capnp"
@@ -722,6 +762,7 @@ case $CASE in
   garbage_peer) case_garbage_peer ;;
   tallyd_dies) case_tallyd_dies ;;
   version_mismatch) case_version_mismatch ;;
+  security_killed_mid_handshake) case_killed_mid_handshake ;;
   security_tokens) case_security_tokens ;;
   security_require_auth) case_security_require_auth ;;
   security_priority) case_security_priority ;;

@@ -7,6 +7,9 @@
     raw_peer.py SOCKET idle         connect, print "idle-connected", then sleep until killed
     raw_peer.py SOCKET hello FILE   send FILE (a Cap'n Proto message) framed as a Tally frame,
                                     write the reply frame's message bytes to stdout
+    raw_peer.py SOCKET cuts FILE N  N connections, each sending the framed FILE cut at a random
+                                    point (every prefix length, the whole frame too) and then
+                                    vanishing, as a client killed mid-handshake would (seeded)
 
 Prints "pid=<own pid>" first on stderr so the caller can find tallyd's log line about
 this peer (tallyd logs Unix peers as "unix pid=N uid=N gid=N").
@@ -24,10 +27,18 @@ WAIT_S = 5.0
 
 
 def connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(WAIT_S)
-    s.connect(path)
-    return s
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(WAIT_S)
+        try:
+            s.connect(path)
+            return s
+        except BlockingIOError:  # the listen backlog is full: tallyd has not accepted yet
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def wait_closed(s):
@@ -52,6 +63,26 @@ def recv_exact(s, n):
             raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
         buf += chunk
     return buf
+
+
+def cuts(first, path, hello_file, count):
+    """Sends prefixes of a framed Hello and drops the connection; every 4th one with an abortive
+    close (RST), as the kernel does for a process killed with unread data."""
+    import random
+    with open(hello_file, "rb") as f:
+        message = f.read()
+    frame = HEADER.pack(MAGIC, len(message), 0) + message
+    rng = random.Random(5)
+    lengths = list(range(len(frame) + 1)) + [rng.randrange(len(frame) + 1) for _ in range(max(0, count - len(frame) - 1))]
+    first.close()
+    for i, n in enumerate(lengths[:count]):
+        s = connect(path)
+        s.sendall(frame[:n])
+        if i % 4 == 3:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    print(f"cut {min(count, len(lengths))} connections of a {len(frame)}-byte Hello frame")
+    return 0
 
 
 def main():
@@ -86,6 +117,8 @@ def main():
         sys.stdout.buffer.write(recv_exact(s, message_bytes))
         recv_exact(s, bulk_bytes)
         return 0 if wait_closed(s) else 3
+    if mode == "cuts":
+        return cuts(s, path, sys.argv[3], int(sys.argv[4]))
     print(f"unknown mode {mode}", file=sys.stderr)
     return 2
 
