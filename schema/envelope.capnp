@@ -19,7 +19,7 @@ using Stream = import "stream.capnp";
 using Module = import "module.capnp";
 using Launch = import "launch.capnp";
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;  # 2: module hashes are SHA-256 (32 bytes)
 
 enum PriorityClass {
   highPriority @0;   # latency-critical (inference)

@@ -13,7 +13,7 @@ enum ImageKind {
 struct ModuleLoad {
   device @0 :UInt32;
   module @1 :UInt64;              # client-chosen handle
-  hash @2 :Data;                  # 128-bit content hash of the image bytes, then the PTX bytes
+  hash @2 :Data;                  # SHA-256 of the image bytes, then the PTX bytes
   kind @3 :ImageKind;
   imageSize @4 :UInt64;
   hasImage @5 :Bool;              # the image bytes follow as bulk (then the PTX bytes)

@@ -8,7 +8,7 @@
 # PREFIX/bin/tallyd                  RUNPATH $ORIGIN/../lib
 # PREFIX/lib/libtally_client.so      RUNPATH $ORIGIN/../lib
 # PREFIX/lib/driver/libcuda.so.1  -> ../libtally_client.so (for apps that dlopen libcuda.so.1)
-# PREFIX/lib/lib{capnp,kj,uv,spdlog,fmt,zstd,lz4,xxhash,tomlplusplus,nvJitLink}*.so*  copied from this
+# PREFIX/lib/lib{capnp,kj,uv,spdlog,fmt,zstd,lz4,tomlplusplus,nvJitLink}*.so*  copied from this
 #                                    machine (found with ldd), debug info stripped
 # The tarball holds one directory, basename(PREFIX): untar it anywhere and run
 # <dir>/bin/tallyd; clients use LD_PRELOAD=<dir>/lib/libtally_client.so. The target host
@@ -27,7 +27,7 @@ TARBALL=$(realpath -m -- "${2:-tally-bundle.tar.gz}")
 PREFIX=$(realpath -m -- "$1")
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${TALLY_BUNDLE_BUILD_DIR:-build}
-BUNDLED_LIBS='^lib(capnp|kj|uv|spdlog|fmt|zstd|lz4|xxhash|tomlplusplus|nvJitLink)[-.]'
+BUNDLED_LIBS='^lib(capnp|kj|uv|spdlog|fmt|zstd|lz4|tomlplusplus|nvJitLink)[-.]'
 
 say() { printf 'bundle: %s\n' "$*"; }
 die() { printf 'bundle: error: %s\n' "$*" >&2; exit 1; }

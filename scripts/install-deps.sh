@@ -13,7 +13,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   capnproto libcapnp-dev libuv1-dev libssl-dev openssl libspdlog-dev libfmt-dev libgtest-dev
-  libzstd-dev liblz4-dev libxxhash-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
+  libzstd-dev liblz4-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   python3
 )
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

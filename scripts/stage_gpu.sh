@@ -25,7 +25,7 @@ mkdir -p "$OUTDIR/build/tests/transform/corpus"
 cp "$BUILD/tests/transform/tally_transform_gpu" "$OUTDIR/build/tests/transform/"
 cp "$BUILD"/tests/transform/corpus/*.ptx "$OUTDIR/build/tests/transform/corpus/"
 for bin in "$OUTDIR"/build/server/tallyd "$OUTDIR"/build/client/libtally_client.so "$OUTDIR"/build/tests/transform/tally_transform_gpu; do
-  ldd "$bin" | awk '/=> \// {print $3}' | { grep -E 'capnp|kj|uv|spdlog|fmt|zstd|lz4|xxhash|toml' || true; } | while read -r lib; do
+  ldd "$bin" | awk '/=> \// {print $3}' | { grep -E 'capnp|kj|uv|spdlog|fmt|zstd|lz4|toml' || true; } | while read -r lib; do
     cp -L "$lib" "$OUTDIR/lib/"
   done
 done

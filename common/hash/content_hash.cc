@@ -1,17 +1,18 @@
 #include "common/hash/content_hash.h"
 
-#include <xxhash.h>
+#include <openssl/evp.h>
 
-#include <cstring>
+#include <stdexcept>
 
 namespace tally::hash {
 
-ContentHash contentHash(const void* data, size_t size) {
-  XXH128_canonical_t canonical;
-  XXH128_canonicalFromHash(&canonical, XXH3_128bits(data, size));
-  ContentHash out;
-  std::memcpy(out.data(), canonical.digest, out.size());
-  return out;
+Sha256 sha256(const void* data, size_t size) {
+  Sha256 digest{};
+  unsigned length = 0;
+  if (EVP_Digest(data, size, digest.data(), &length, EVP_sha256(), nullptr) != 1 || length != digest.size()) {
+    throw std::runtime_error("EVP_Digest(SHA-256) failed");
+  }
+  return digest;
 }
 
 std::string toHex(const ContentHash& hash) {

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <limits>
 #include <stdexcept>
@@ -63,15 +62,7 @@ bool parseSha256Hex(std::string_view hex, Sha256& out) {
   return true;
 }
 
-Sha256 sha256(std::span<const uint8_t> bytes) {
-  Sha256 digest{};
-  unsigned length = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1 ||
-      length != digest.size()) {
-    throw std::runtime_error("EVP_Digest(SHA-256) failed");
-  }
-  return digest;
-}
+Sha256 sha256(std::span<const uint8_t> bytes) { return hash::sha256(bytes.data(), bytes.size()); }
 
 AuthResult authenticate(const AuthPolicy& policy, std::span<const uint8_t> token, std::optional<uint32_t> unixUid,
                         std::string_view tlsSubject) {

@@ -3,6 +3,8 @@
 // No CUDA and no sockets here, so every rule can be unit-tested.
 #pragma once
 
+#include "common/hash/content_hash.h"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +21,7 @@ enum class PriorityClass { kHigh, kBestEffort };
 // The most a tenant may ask for: `kHigh` and `kAny` allow both classes.
 enum class AllowedPriority { kHigh, kBestEffort, kAny };
 
-using Sha256 = std::array<uint8_t, 32>;
+using Sha256 = hash::Sha256;
 
 // What one tenant may use; 0 = unlimited.
 struct TenantLimits {

@@ -84,7 +84,7 @@ void moduleLoad(tally::wire::Call::Builder call, uint64_t imageSize) {
   auto m = call.initModuleLoad();
   m.setDevice(0);
   m.setModule(0x20001);
-  const kj::byte hash[16] = {0xde, 0xad, 0xbe, 0xef};
+  const kj::byte hash[32] = {0xde, 0xad, 0xbe, 0xef};  // SHA-256 sized (schema/module.capnp)
   m.setHash(kj::arrayPtr(hash, sizeof(hash)));
   m.setKind(tally::wire::ImageKind::FATBIN);
   m.setImageSize(imageSize);

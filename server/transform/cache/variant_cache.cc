@@ -11,7 +11,7 @@
 namespace tally::server::transform {
 namespace {
 
-constexpr char kMagic[8] = {'T', 'A', 'L', 'L', 'Y', 'V', 'C', '1'};
+constexpr char kMagic[8] = {'T', 'A', 'L', 'L', 'Y', 'V', 'C', '2'};  // 2: SHA-256 sums
 
 void putU32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -124,7 +124,7 @@ std::optional<std::string> VariantCache::find(const VariantKey& key) const {
   try {
     std::string file;
     const std::string keyBytes = key.encode();
-    const uint64_t headerSize = sizeof kMagic + 4 + keyBytes.size() + 8 + 16;
+    const uint64_t headerSize = sizeof kMagic + 4 + keyBytes.size() + 8 + sizeof(hash::ContentHash);
     if (!readFile(pathFor(key), headerSize + kMaxPayload, file)) return std::nullopt;
     if (file.size() < headerSize) return std::nullopt;
     const char* p = file.data();

@@ -14,7 +14,7 @@ namespace tally::server::transform {
 
 // Everything a cached cubin depends on. Any field changing gives another file.
 struct VariantKey {
-  hash::ContentHash ptxHash{};      // XXH3-128 of the original module's PTX
+  hash::ContentHash ptxHash{};      // SHA-256 of the original module's PTX
   std::string variant;              // "sliced" | "ptb"
   uint32_t transformerVersion = 0;  // bumped whenever a transform's output changes
   int driverVersion = 0;            // cuDriverGetVersion() of the host
@@ -23,7 +23,7 @@ struct VariantKey {
   // Canonical byte encoding of every field (little-endian, strings length-prefixed): what the
   // file name is hashed from and what an entry's header echoes.
   std::string encode() const;
-  // Stable, filesystem-safe name: 32 hex digits of XXH3-128(encode()) + ".tvc".
+  // Stable, filesystem-safe name: 64 hex digits of SHA-256(encode()) + ".tvc".
   std::string fileName() const;
 
   bool operator==(const VariantKey&) const = default;
@@ -31,7 +31,7 @@ struct VariantKey {
 
 // Entry layout (little-endian):
 //   magic "TALLYVC1" | u32 key length | key (VariantKey::encode) | u64 payload length |
-//   16-byte XXH3-128 of the payload | payload
+//   32-byte SHA-256 of the payload | payload
 // Entries are written to a temporary file in the same directory and renamed into place, so a
 // reader sees either no file, an old complete file or a new complete file. Several threads
 // (and processes) may find and store concurrently; stores of the same key race harmlessly
