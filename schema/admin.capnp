@@ -37,6 +37,9 @@ struct TenantInfo {
   deviceMemoryBytes @4 :UInt64;
   streams @5 :UInt32;             # created streams (the legacy default streams do not count)
   connectedSinceUnix @6 :Int64;   # seconds since the epoch
+  busyIn @7 :Text;                # the call its thread is in ("release" while it ends); empty: idle
+  busySeconds @8 :Float64;        # for how long
+  hostCallbacksOwed @9 :UInt32;   # stream waits on host callbacks not done yet (host_waits.h)
 }
 
 struct TenantStats {

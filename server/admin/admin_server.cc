@@ -80,6 +80,18 @@ void fillStatus(wire::ServerStatus::Builder status, AdminState& state) {
   status.setTenantCount(static_cast<uint32_t>(admitted(state.sessions).size()));
 }
 
+// What the tenant's thread is in and the host callbacks it owes: read without the driver, so
+// this answers while a driver call blocks every session (the case it is there to show).
+void fillBusy(wire::TenantInfo::Builder out, const session::Tenant& t) {
+  const session::TenantCounters& c = t.counters();
+  if (const char* what = c.busyIn.load(std::memory_order_acquire); what != nullptr) {
+    out.setBusyIn(what);
+    auto since = std::chrono::steady_clock::duration(c.busySinceNs.load(std::memory_order_relaxed));
+    out.setBusySeconds(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch() - since).count());
+  }
+  out.setHostCallbacksOwed(static_cast<uint32_t>(t.hostWaits()->pending()));
+}
+
 void fillTenants(wire::AdminReply::Builder reply, AdminState& state) {
   std::vector<Admitted> tenants = admitted(state.sessions);
   auto list = reply.initTenants(static_cast<unsigned>(tenants.size()));
@@ -94,6 +106,7 @@ void fillTenants(wire::AdminReply::Builder reply, AdminState& state) {
     out.setStreams(t->counters().streams.load(std::memory_order_relaxed));
     out.setConnectedSinceUnix(
         std::chrono::duration_cast<std::chrono::seconds>(s->admittedAt().time_since_epoch()).count());
+    fillBusy(out, *t);
   }
 }
 

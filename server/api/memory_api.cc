@@ -62,7 +62,7 @@ void hostToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, sess
     if (p.srcHost == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   } else {
     p.srcPitch = shape.width;  // bulk rows are packed
-    staging = g.staging().take(shape.bytes());
+    staging = g.staging().take(shape.bytes(), ctx.tenant().stagingBudget());
     if (!staging) {
       if (ctx.skipBulk(shape.bytes())) ctx.finish(CUDA_ERROR_OUT_OF_MEMORY);
       return;
@@ -91,7 +91,7 @@ void deviceToHostShared(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g
 CUresult deviceToHostChunk(CallContext& ctx, gpu::Gpu& g, session::StreamState& s, CUDA_MEMCPY2D p,
                            uint64_t offset, uint64_t token, bool last) {
   size_t bytes = p.WidthInBytes * p.Height;
-  auto staging = g.staging().take(bytes);
+  auto staging = g.staging().take(bytes, ctx.tenant().stagingBudget());
   if (!staging) return CUDA_ERROR_OUT_OF_MEMORY;
   p.dstMemoryType = CU_MEMORYTYPE_HOST;
   p.dstHost = staging->data();

@@ -75,7 +75,6 @@ CUresult ensureHostFlag(session::Tenant& tenant, session::StreamState& s) {
   }
   s.hostFlag = static_cast<uint32_t*>(flag);
   *s.hostFlag = 0;
-  tenant.hostWaits()->add(s.hostFlag);
   return cuMemHostGetDevicePointer(&s.hostFlagDevice, flag, 0);
 }
 
@@ -94,7 +93,10 @@ void hostFuncByMessages(CallContext& ctx, session::StreamState& s, uint64_t call
     outbox->send(message);
   });
   if (r == CUDA_SUCCESS) r = cuStreamWaitValue32(s.stream, s.hostFlagDevice, sequence, CU_STREAM_WAIT_VALUE_GEQ);
-  if (r == CUDA_SUCCESS) ctx.tenant().noteHostFuncAwaited();
+  if (r == CUDA_SUCCESS) {
+    ctx.tenant().hostWaits()->add(s.hostFlag, sequence);
+    ctx.tenant().noteHostFuncAwaited();
+  }
   ctx.finish(r);
 }
 
@@ -107,7 +109,7 @@ void hostFuncBySharedWords(CallContext& ctx, session::StreamState& s, wire::Host
   uint32_t sequence = args.getSharedSequence();
   CUresult r = cuStreamWriteValue32(s.stream, reached->device, sequence, CU_STREAM_WRITE_VALUE_DEFAULT);
   if (r == CUDA_SUCCESS) r = cuStreamWaitValue32(s.stream, done->device, sequence, CU_STREAM_WAIT_VALUE_GEQ);
-  if (r == CUDA_SUCCESS) ctx.tenant().holdSharedDoneWord(done->local);
+  if (r == CUDA_SUCCESS) ctx.tenant().holdSharedDoneWord(done->local, sequence);
   ctx.finish(r);
 }
 

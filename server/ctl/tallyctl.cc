@@ -100,11 +100,13 @@ void printStatus(tally::wire::ServerStatus::Reader s) {
 }
 
 void printTenants(capnp::List<tally::wire::TenantInfo>::Reader tenants) {
-  std::vector<std::vector<std::string>> rows{{"ID", "NAME", "PRIORITY", "MEMORY", "STREAMS", "CONNECTED", "PEER"}};
+  std::vector<std::vector<std::string>> rows{
+      {"ID", "NAME", "PRIORITY", "MEMORY", "STREAMS", "CONNECTED", "BUSY-IN", "CALLBACKS-OWED", "PEER"}};
   for (auto t : tenants) {
+    std::string busy = t.getBusyIn().size() == 0 ? "-" : fmt::format("{} ({:.1f} s)", t.getBusyIn().cStr(), t.getBusySeconds());
     rows.push_back({std::to_string(t.getId()), t.getName(), t.getHighPriority() ? "high" : "best-effort",
                     bytesText(t.getDeviceMemoryBytes()), std::to_string(t.getStreams()),
-                    localTime(t.getConnectedSinceUnix()), t.getPeer()});
+                    localTime(t.getConnectedSinceUnix()), busy, std::to_string(t.getHostCallbacksOwed()), t.getPeer()});
   }
   printTable(rows);
 }

@@ -2,15 +2,18 @@
 
 #include "server/gpu/cuda_check.h"
 
+#include <spdlog/spdlog.h>
+
 #include <bit>
-#include <cstdlib>
 
 namespace tally::server::gpu {
 
-StagingBuffer::~StagingBuffer() { pool_->give(data_, capacity_, pinned_); }
+StagingBuffer::~StagingBuffer() {
+  pool_->give(data_, capacity_);
+  if (budget_) budget_->release(capacity_);
+}
 
-StagingPool::StagingPool(CUcontext context, size_t maxPooledBytes)
-    : context_(context), maxPooledBytes_(maxPooledBytes) {}
+StagingPool::StagingPool(CUcontext context, size_t warnBytes) : context_(context), warnBytes_(warnBytes) {}
 
 StagingPool::~StagingPool() {
   makeContextCurrent(context_);
@@ -21,34 +24,45 @@ StagingPool::~StagingPool() {
 
 size_t StagingPool::sizeClass(size_t size) { return std::bit_ceil(std::max<size_t>(size, 64 << 10)); }
 
-std::shared_ptr<StagingBuffer> StagingPool::take(size_t size) {
-  size_t capacity = sizeClass(size);
-  {
-    std::lock_guard lock(mutex_);
-    auto it = free_.find(capacity);
-    if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      return std::make_shared<StagingBuffer>(this, p, capacity, true);
-    }
-    if (pooledBytes_ + capacity <= maxPooledBytes_) {
-      void* p = nullptr;
-      makeContextCurrent(context_);
-      if (cuMemHostAlloc(&p, capacity, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
-        pooledBytes_ += capacity;
-        return std::make_shared<StagingBuffer>(this, p, capacity, true);
-      }
-    }
-  }
-  void* p = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
-  return p != nullptr ? std::make_shared<StagingBuffer>(this, p, size, false) : nullptr;
+size_t StagingPool::pinnedBytes() const {
+  std::lock_guard lock(mutex_);
+  return pinnedBytes_;
 }
 
-void StagingPool::give(void* data, size_t capacity, bool pinned) {
-  if (!pinned) {
-    std::free(data);
-    return;
+void* StagingPool::reuseOrAllocate(size_t capacity) {
+  std::lock_guard lock(mutex_);
+  if (auto it = free_.find(capacity); it != free_.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    return p;
   }
+  void* p = nullptr;
+  makeContextCurrent(context_);
+  if (CUresult r = cuMemHostAlloc(&p, capacity, CU_MEMHOSTALLOC_PORTABLE); r != CUDA_SUCCESS) {
+    spdlog::warn("staging: cuMemHostAlloc of {} bytes failed ({}), {} bytes pinned so far", capacity, describe(r),
+                 pinnedBytes_);
+    return nullptr;
+  }
+  pinnedBytes_ += capacity;
+  if (pinnedBytes_ > warnBytes_ && !warned_) {
+    warned_ = true;
+    spdlog::warn("staging: {} MiB of pinned host memory for copies (kept until tallyd exits)", pinnedBytes_ >> 20);
+  }
+  return p;
+}
+
+std::shared_ptr<StagingBuffer> StagingPool::take(size_t size, const std::shared_ptr<StagingBudget>& budget) {
+  size_t capacity = sizeClass(size);
+  if (budget && !budget->acquire(capacity)) return nullptr;
+  void* p = reuseOrAllocate(capacity);
+  if (p == nullptr) {
+    if (budget) budget->release(capacity);
+    return nullptr;
+  }
+  return std::make_shared<StagingBuffer>(this, p, capacity, budget);
+}
+
+void StagingPool::give(void* data, size_t capacity) {
   std::lock_guard lock(mutex_);
   free_[capacity].push_back(data);
 }

@@ -13,7 +13,7 @@ namespace {
 // Every key of a [[tenant]] entry; anything else is an error.
 const std::set<std::string> kTenantKeys = {"name",         "token_sha256",       "unix_uid",   "tls_subject",
                                            "allowed_priority", "cap_priority", "memory_quota_bytes", "max_streams",
-                                           "max_calls_per_second"};
+                                           "max_calls_per_second", "staging_mib"};
 
 // Reads an optional integer key into `out`, checking its type and range [low, high].
 template <typename T>
@@ -99,6 +99,14 @@ bool readCredentials(const toml::table& table, session::TenantRule& rule, std::s
   return true;
 }
 
+// staging_mib: the tenant's pinned staging budget in MiB (staging_pool.h).
+bool readStagingBudget(const toml::table& table, session::TenantLimits& limits, std::string& error) {
+  uint64_t mib = limits.stagingBytes >> 20;
+  if (!readInteger(table, "staging_mib", mib, 1, 1 << 16, error)) return false;
+  limits.stagingBytes = mib << 20;
+  return true;
+}
+
 bool readTenant(const toml::table& table, session::TenantRule& rule, std::string& error) {
   if (!checkTenantKeys(table, error)) return false;
   std::optional<std::string> name;
@@ -119,7 +127,8 @@ bool readTenant(const toml::table& table, session::TenantRule& rule, std::string
          readInteger(table, "memory_quota_bytes", rule.limits.memoryQuotaBytes, 0,
                      std::numeric_limits<int64_t>::max(), error) &&
          readInteger(table, "max_streams", rule.limits.maxStreams, 0, std::numeric_limits<int32_t>::max(), error) &&
-         readInteger(table, "max_calls_per_second", rule.limits.maxCallsPerSecond, 0, 100'000'000, error);
+         readInteger(table, "max_calls_per_second", rule.limits.maxCallsPerSecond, 0, 100'000'000, error) &&
+         readStagingBudget(table, rule.limits, error);
 }
 
 // Names and credentials (token hash, uid, certificate subject together) must be unique, or a

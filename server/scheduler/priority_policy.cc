@@ -431,9 +431,21 @@ void PriorityPolicy::tenantEnding(uint64_t tenant) {
 }
 
 void PriorityPolicy::tenantReleased(uint64_t tenant) {
-  std::lock_guard lock(mutex_);
-  for (auto& [g, s] : gpus_) {
+  // The events are destroyed after the policy's lock is let go: a driver call may wait behind a
+  // context-wide one (module load, free) for long, and the monitor must keep running meanwhile.
+  std::vector<std::pair<gpu::Gpu*, CUevent>> events;
+  {
+    std::lock_guard lock(mutex_);
+    forgetTenant(tenant, events);
+  }
+  for (auto [g, e] : events) {
     g->makeCurrent();
+    cuEventDestroy(e);
+  }
+}
+
+void PriorityPolicy::forgetTenant(uint64_t tenant, std::vector<std::pair<gpu::Gpu*, CUevent>>& events) {
+  for (auto& [g, s] : gpus_) {
     for (auto it = s->hpSlots.begin(); it != s->hpSlots.end();) {
       if (it->first.first != tenant) {
         ++it;
@@ -448,8 +460,8 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
         ++it;
         continue;
       }
-      for (CUevent e : lane.inFlight) cuEventDestroy(e);
-      for (CUevent e : lane.spareEvents) cuEventDestroy(e);
+      for (CUevent e : lane.inFlight) events.emplace_back(g, e);
+      for (CUevent e : lane.spareEvents) events.emplace_back(g, e);
       if (lane.progressSlot >= 0) s->progressUsed[static_cast<size_t>(lane.progressSlot)] = false;
       for (int word : {lane.retreat, lane.never}) s->words.give(word);
       it = s->endedLanes.erase(it);

@@ -111,6 +111,8 @@ class PriorityPolicy final : public Policy {
   void monitor();
   void pollGpu(GpuState& s);
   void saveProfiles();
+  // Gives back the tenant's words and lanes (policy lock held); its events go to `events`.
+  void forgetTenant(uint64_t tenant, std::vector<std::pair<gpu::Gpu*, CUevent>>& events);
 
   const SchedulerConfig config_;
   ChoiceKnobs knobs_;

@@ -28,6 +28,7 @@ struct TenantLimits {
   uint64_t memoryQuotaBytes = 0;
   uint32_t maxStreams = 0;
   uint64_t maxCallsPerSecond = 0;  // 0: unlimited (call_rate_limit.h)
+  uint64_t stagingBytes = 64ull << 20;  // pinned staging held at once before copies wait (staging_pool.h)
 };
 
 // One [[tenant]] entry. At least one of tokenSha256 / unixUid / tlsSubject is set; a peer must

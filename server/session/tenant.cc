@@ -14,10 +14,20 @@ namespace {
 // cuda.h has no CUDA_ERROR_OUT_OF_RESOURCES; a driver that cannot create another stream
 // answers out-of-memory, so a tenant over max_streams gets the same.
 constexpr CUresult kStreamLimitError = CUDA_ERROR_OUT_OF_MEMORY;
+// Past its staging budget a copy waits this long for the tenant's own buffers to come back,
+// then goes over; past this many budgets it is refused (out of memory).
+constexpr auto kStagingWait = std::chrono::milliseconds(200);
+constexpr size_t kStagingHardFactor = 8;
 }  // namespace
 
 Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus, TenantLimits limits)
-    : id_(id), name_(std::move(name)), priority_(priority), gpus_(std::move(gpus)), limits_(limits) {}
+    : id_(id),
+      name_(std::move(name)),
+      priority_(priority),
+      gpus_(std::move(gpus)),
+      limits_(limits),
+      stagingBudget_(std::make_shared<gpu::StagingBudget>(limits.stagingBytes, kStagingHardFactor * limits.stagingBytes,
+                                                          kStagingWait)) {}
 
 // --- quotas ----------------------------------------------------------------------------
 
@@ -251,11 +261,19 @@ CUresult Tenant::mapHostMemory(int memfd, uint64_t clientAddress, size_t size, g
   if (local == MAP_FAILED) local = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   if (local == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   g->makeCurrent();
-  CUresult r = cuMemHostRegister(local, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  // Registered or refused: the driver copies unregistered (pageable) memory in pieces driven by
+  // the calling thread, so the stream waits for a thread that a context-wide call (module
+  // load, free) can block — a deadlock across tenants (docs/scheduler.md). A refused client
+  // falls back to unshared memory, which travels through tallyd's pinned staging.
+  if (CUresult r = cuMemHostRegister(local, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+      r != CUDA_SUCCESS) {
+    ::munmap(local, size);
+    return r;
+  }
   CUdeviceptr mapped = 0;
-  deviceAddress = r == CUDA_SUCCESS && cuMemHostGetDevicePointer(&mapped, local, 0) == CUDA_SUCCESS ? mapped : 0;
-  hostMappings_.emplace(clientAddress, HostMapping{local, size, r == CUDA_SUCCESS, deviceAddress});
-  return CUDA_SUCCESS;  // unregistered mappings still work, through the driver's staging
+  deviceAddress = cuMemHostGetDevicePointer(&mapped, local, 0) == CUDA_SUCCESS ? mapped : 0;
+  hostMappings_.emplace(clientAddress, HostMapping{local, size, deviceAddress});
+  return CUDA_SUCCESS;
 }
 
 CUresult Tenant::unmapHostMemory(uint64_t clientAddress) {
@@ -266,7 +284,7 @@ CUresult Tenant::unmapHostMemory(uint64_t clientAddress) {
   if (held != sharedDoneWords_.end() && reinterpret_cast<char*>(*held) < reinterpret_cast<char*>(begin) + it->second.size) {
     return CUDA_ERROR_INVALID_VALUE;  // a stream may still wait on a word in it
   }
-  if (it->second.registered) cuMemHostUnregister(it->second.local);
+  cuMemHostUnregister(it->second.local);
   ::munmap(it->second.local, it->second.size);
   hostMappings_.erase(it);
   return CUDA_SUCCESS;
@@ -287,7 +305,7 @@ std::optional<Tenant::SharedWord> Tenant::sharedWord(uint64_t clientAddress) con
   if (it == hostMappings_.begin()) return std::nullopt;
   --it;
   uint64_t offset = clientAddress - it->first;
-  if (!it->second.registered || it->second.device == 0 || it->second.size < sizeof(uint32_t) ||
+  if (it->second.device == 0 || it->second.size < sizeof(uint32_t) ||
       offset > it->second.size - sizeof(uint32_t)) {
     return std::nullopt;
   }
@@ -409,7 +427,7 @@ void Tenant::release() {
   for (uint32_t* flag : retiredHostFlags_) cuMemFreeHost(flag);
   retiredHostFlags_.clear();
   for (auto& [addr, mapping] : hostMappings_) {
-    if (mapping.registered) cuMemHostUnregister(mapping.local);
+    cuMemHostUnregister(mapping.local);
     ::munmap(mapping.local, mapping.size);
   }
   spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} bytes of device memory; "

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -94,13 +95,31 @@ struct TenantCounters {
   // to answer: for an inference tenant, an estimate of its requests' GPU-side latency. Shared:
   // the completion thread records into it after the call has left the session thread.
   std::shared_ptr<metrics::LatencyHistogram> syncWaits = std::make_shared<metrics::LatencyHistogram>();
+  // What the tenant's thread is in now — a call's name (static storage) or "release"; null
+  // between calls — and since when (steady clock): tallyctl shows a thread stuck in the driver.
+  std::atomic<const char*> busyIn{nullptr};
+  std::atomic<int64_t> busySinceNs{0};
+};
+
+// Marks the tenant's thread as inside `what` for its lifetime.
+class BusyMark {
+ public:
+  BusyMark(TenantCounters& counters, const char* what) : counters_(counters) {
+    counters_.busySinceNs.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    counters_.busyIn.store(what, std::memory_order_release);
+  }
+  ~BusyMark() { counters_.busyIn.store(nullptr, std::memory_order_release); }
+  BusyMark(const BusyMark&) = delete;
+  BusyMark& operator=(const BusyMark&) = delete;
+
+ private:
+  TenantCounters& counters_;
 };
 
 struct HostMapping {
   void* local = nullptr;    // where tallyd mapped the client's memfd
   size_t size = 0;
-  bool registered = false;  // cuMemHostRegister succeeded
-  CUdeviceptr device = 0;   // where the GPU sees it (registered mappings)
+  CUdeviceptr device = 0;  // where the GPU sees it (every mapping is registered with the driver)
 };
 
 class Tenant {
@@ -157,13 +176,15 @@ class Tenant {
   std::optional<SharedWord> sharedWord(uint64_t clientAddress) const;
   // A stream waits on this word: the mapping stays until the tenant ends, and the word is
   // filled when the client is gone so that callbacks it will never run hold nothing.
-  void holdSharedDoneWord(uint32_t* local) {
+  void holdSharedDoneWord(uint32_t* local, uint32_t sequence) {
     sharedDoneWords_.insert(local);
-    hostWaits_->add(local);
+    hostWaits_->add(local, sequence);
   }
   // Every word this tenant's streams wait on for its client (host_waits.h); shared with the
   // HangupWatch, which may release them while this tenant's thread is stuck.
   const std::shared_ptr<HostWaits>& hostWaits() const { return hostWaits_; }
+  // The pinned staging this tenant's copies may hold at once (staging_pool.h).
+  const std::shared_ptr<gpu::StagingBudget>& stagingBudget() const { return stagingBudget_; }
 
   // --- modules --------------------------------------------------------------------------
   // Loads `variants` (the compiled variant module of the image's PTX) when given and loadable,
@@ -245,6 +266,7 @@ class Tenant {
   uint32_t hostFuncsAwaited_ = 0;
   std::set<uint32_t*> sharedDoneWords_;
   std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
+  std::shared_ptr<gpu::StagingBudget> stagingBudget_;
   std::map<int, size_t> requestedLimits_;  // of destroyed streams
   CUresult deferred_ = CUDA_SUCCESS;
   std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);

@@ -5,6 +5,7 @@
 # descriptors. Writes a JSON summary (stdout and $OUT/soak.json when OUT is set).
 #
 #   tests/gpu/soak.sh BUILD_DIR [--seconds S] [--tenants N] [--kill-percent P]
+#     [--programs "a b ..."]   (default: the programs below)
 #     defaults: 600 s, 32 tenants, 30 % of the runs killed at a random time in 0–2 s
 # Tenants alternate high priority and best effort under --policy priority. Left out: programs
 # whose kernel waits for its own later call (host_threads: docs/scheduler.md) and kernel_printf
@@ -19,19 +20,22 @@ while [[ $# -gt 0 ]]; do
     --seconds) SECONDS_TOTAL=$2; shift 2 ;;
     --tenants) TENANTS=$2; shift 2 ;;
     --kill-percent) KILL_PERCENT=$2; shift 2 ;;
+    --programs) read -ra ONLY <<<"$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 [[ -e /dev/nvidia0 ]] || { echo "SKIP: no GPU visible (no /dev/nvidia0)"; exit 77; }
 PROGRAMS=(vector_add reduction_atomics grids_2d_3d dynamic_smem templates_structs symbols streams_events
           pinned_async driver_ptx error_cases memcpy_2d host_callbacks coop_launch_ex large_transfers warp_ops)
+[[ -n ${ONLY:-} ]] && PROGRAMS=("${ONLY[@]}")
 WORK=$(mktemp -d /tmp/tally-soak.XXXXXX)
+mkdir -p "$WORK/failed"
 SOCK=$WORK/tallyd.sock ADMIN=$WORK/admin.sock
 
 "$BUILD/server/tallyd" --listen "unix:$SOCK" --admin "unix:$ADMIN" --policy priority --cache-dir "$WORK/cache" \
   >"$WORK/tallyd.log" 2>&1 &
 TALLYD=$!
-trap 'kill $TALLYD 2>/dev/null; wait $TALLYD 2>/dev/null' EXIT
+trap 'kill $TALLYD 2>/dev/null; timeout 10 tail --pid=$TALLYD -f /dev/null || kill -KILL $TALLYD 2>/dev/null' EXIT
 for _ in $(seq 1 100); do [[ -S $SOCK ]] && break; sleep 0.05; done
 
 # What tallyd holds when no tenant is connected (after one tenant came and went, so that lazily
@@ -53,14 +57,18 @@ tenant_loop() {  # tenant_loop INDEX: runs programs until the deadline; one line
     local prog=${PROGRAMS[RANDOM % ${#PROGRAMS[@]}]}
     # timeout leads its own process group (its pid is $!): killing the group kills the client.
     env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_TENANT="soak-$i" \
-      TALLY_PRIORITY="$priority" timeout -s KILL 120 "$BUILD/tests/gpu/gpu_$prog" >/dev/null 2>&1 &
+      TALLY_PRIORITY="$priority" timeout -s KILL 120 "$BUILD/tests/gpu/gpu_$prog" >"$WORK/run-$i.out" 2>&1 &
     local pid=$! outcome
     if (( RANDOM % 100 < KILL_PERCENT )); then
       sleep "$((RANDOM % 2)).$((RANDOM % 10))$((RANDOM % 10))"
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
       wait "$pid" 2>/dev/null; outcome=killed
     else
-      if wait "$pid"; then outcome=passed; else outcome="failed:$?"; fi
+      if wait "$pid"; then outcome=passed; else
+        outcome="failed:$?"
+        # The first failures of each program are kept, to see why (soak-failures.tgz).
+        (( $(ls "$WORK/failed" | grep -c "^$prog-") < 5 )) && cp "$WORK/run-$i.out" "$WORK/failed/$prog-$priority-$i-$RANDOM.out"
+      fi
     fi
     echo "$prog $priority $outcome"
   done
@@ -89,5 +97,8 @@ grep ' failed:' "$WORK/runs.txt" | sort | uniq -c | head -20
 if [[ -n ${OUT:-} ]]; then
   echo "$SUMMARY" >"$OUT/soak.json"
   tail -200 "$WORK/tallyd.log" >"$OUT/soak-tallyd.log"
+  cp "$WORK/runs.txt" "$OUT/soak-runs.txt"
+  gzip -c "$WORK/tallyd.log" >"$OUT/soak-tallyd-full.log.gz"
+  tar -C "$WORK" -czf "$OUT/soak-failures.tgz" failed
 fi
 [[ $ALIVE == 1 && ${LEFT:-1} == 0 && $FAILED == 0 && ${AFTER_GPU:-x} == "${IDLE_GPU:-y}" && $AFTER_THREADS == "$IDLE_THREADS" && $AFTER_FDS == "$IDLE_FDS" ]]

@@ -559,7 +559,7 @@ case_operations_status() {
   ctl_expect '^tenants +0$' "0 tenants"
   ctl_expect '^version +[0-9]' "the version"
   ctl_ok tenants tenants
-  ctl_expect '^ID +NAME +PRIORITY +MEMORY +STREAMS +CONNECTED +PEER$' "the tenant table's header"
+  ctl_expect '^ID +NAME +PRIORITY +MEMORY +STREAMS +CONNECTED +BUSY-IN +CALLBACKS-OWED +PEER$' "the tenant table's header"
   [[ $(wc -l <"$CTL_OUT") -eq 1 ]] || { show "$CTL_OUT" "tallyctl stdout"; fail "the tenant table is not empty"; }
   pass "the tenant table is empty"
   ctl_ok stats stats

@@ -47,7 +47,7 @@ TEST_F(ConfigFile, ValidFileWithTwoTenants) {
   ASSERT_TRUE(load(std::string("require_auth = true\nlog_level = \"debug\"\n") +
                    "[[tenant]]\nname = \"inference\"\ntoken_sha256 = \"" + kHashA +
                    "\"\nallowed_priority = \"high\"\nmemory_quota_bytes = 1073741824\nmax_streams = 8\n"
-                   "max_calls_per_second = 50000\n"
+                   "max_calls_per_second = 50000\nstaging_mib = 256\n"
                    "[[tenant]]\nname = \"training\"\ntoken_sha256 = \"" + kHashB +
                    "\"\nunix_uid = 1000\nallowed_priority = \"best-effort\"\ncap_priority = true\n"))
       << error_;
@@ -64,6 +64,7 @@ TEST_F(ConfigFile, ValidFileWithTwoTenants) {
   EXPECT_EQ(a.limits.memoryQuotaBytes, 1ull << 30);
   EXPECT_EQ(a.limits.maxStreams, 8u);
   EXPECT_EQ(a.limits.maxCallsPerSecond, 50000u);
+  EXPECT_EQ(a.limits.stagingBytes, 256ull << 20);
   const auto& b = config_.auth.tenants[1];
   EXPECT_EQ(b.unixUid, 1000u);
   EXPECT_EQ(b.allowedPriority, session::AllowedPriority::kBestEffort);
@@ -71,6 +72,7 @@ TEST_F(ConfigFile, ValidFileWithTwoTenants) {
   EXPECT_EQ(b.limits.memoryQuotaBytes, 0u);
   EXPECT_EQ(b.limits.maxStreams, 0u);
   EXPECT_EQ(b.limits.maxCallsPerSecond, 0u);
+  EXPECT_EQ(b.limits.stagingBytes, 64ull << 20);  // the default
 }
 
 TEST_F(ConfigFile, DefaultsKeepTodaysBehaviour) {
@@ -127,6 +129,7 @@ TEST_F(ConfigFile, BadTenantValues) {
       {name + token + "max_streams = -1\n", "'max_streams' must be an integer"},
       {name + token + "max_streams = 4294967296\n", "'max_streams' must be an integer"},
       {name + token + "max_calls_per_second = -1\n", "'max_calls_per_second' must be an integer"},
+      {name + token + "staging_mib = 0\n", "'staging_mib' must be an integer"},
       {name + token + "quota = 1\n", "unknown key 'quota'"},
   };
   for (const Case& c : cases) {

@@ -66,20 +66,50 @@ TEST(HangupWatch, UnwatchedConnectionsAreLeftAlone) {
   EXPECT_EQ(runsA.load(), 0);
 }
 
-TEST(HostWaits, ReleaseFillsEveryWordAndLaterOnesAtOnce) {
+// What cuStreamWaitValue32(..., CU_STREAM_WAIT_VALUE_GEQ) lets pass: a cyclic comparison.
+bool gpuWaitPasses(uint32_t word, uint32_t awaited) { return static_cast<int32_t>(word - awaited) >= 0; }
+
+TEST(HostWaits, ReleaseLetsEveryWaitGoAsTheGpuComparesAndLaterOnesAtOnce) {
   HostWaits waits;
   uint32_t flag = 3, word = 0, late = 0;
-  waits.add(&flag);
-  waits.add(&word);
+  waits.add(&flag, 4);
+  waits.add(&word, 1);
+  waits.add(&word, 2);
   EXPECT_EQ(word, 0u);
-  EXPECT_EQ(waits.releaseAll(), 2u);
-  EXPECT_EQ(flag, UINT32_MAX);
-  EXPECT_EQ(word, UINT32_MAX);
-  waits.add(&late);  // a HostFunc call still buffered when the client died
-  EXPECT_EQ(late, UINT32_MAX);
+  EXPECT_EQ(waits.pending(), 3u);
+  EXPECT_EQ(waits.releaseAll(), 3u);
+  EXPECT_TRUE(gpuWaitPasses(flag, 4));
+  EXPECT_TRUE(gpuWaitPasses(word, 1));
+  EXPECT_TRUE(gpuWaitPasses(word, 2));
+  EXPECT_TRUE(gpuWaitPasses(word, 1000));  // a wait the stream had not reached yet passes too
+  EXPECT_FALSE(gpuWaitPasses(UINT32_MAX, 2)) << "the value an earlier version wrote held streams forever";
+  EXPECT_EQ(waits.pending(), 0u);  // forgotten
+  waits.add(&late, 7);  // a HostFunc call still buffered when the client died
+  EXPECT_TRUE(gpuWaitPasses(late, 7));
   word = 5;  // freed and reused memory must not be written again
   EXPECT_EQ(waits.releaseAll(), 0u);
   EXPECT_EQ(word, 5u);
+}
+
+TEST(HostWaits, WaitsAlreadyOverAreNotCountedOrWritten) {
+  HostWaits waits;
+  uint32_t done = 9;
+  waits.add(&done, 9);
+  EXPECT_EQ(waits.pending(), 0u);
+  EXPECT_EQ(waits.releaseAll(), 0u);  // a client that exited normally owed nothing
+  EXPECT_EQ(done, 9u);
+}
+
+TEST(HostWaits, PendingCountsWaitsNotReachedAndOldOnesAreForgotten) {
+  HostWaits waits;
+  uint32_t done = 0;
+  for (uint32_t sequence = 1; sequence <= 200; ++sequence) {
+    waits.add(&done, sequence);
+    done = sequence - 1;  // the client is one callback behind
+  }
+  EXPECT_EQ(waits.pending(), 1u);  // sequence 200
+  EXPECT_EQ(waits.releaseAll(), 1u);
+  EXPECT_TRUE(gpuWaitPasses(done, 200));
 }
 
 TEST(HangupWatch, ReleasesADeadTenantsWaitsWhileItsThreadIsBusy) {
@@ -87,10 +117,10 @@ TEST(HangupWatch, ReleasesADeadTenantsWaitsWhileItsThreadIsBusy) {
   SocketPair pair;
   auto waits = std::make_shared<HostWaits>();
   uint32_t done = 0;  // the word a stream waits on, the client's to set
-  waits->add(&done);
+  waits->add(&done, 1);
   uint64_t id = watch.watch(pair.fds[0], [waits] { waits->releaseAll(); });
   pair.closePeer();  // the client is killed; its session thread would be stuck elsewhere
-  EXPECT_TRUE(eventually([&] { return __atomic_load_n(&done, __ATOMIC_ACQUIRE) == UINT32_MAX; }));
+  EXPECT_TRUE(eventually([&] { return gpuWaitPasses(__atomic_load_n(&done, __ATOMIC_ACQUIRE), 1); }));
   watch.unwatch(id);
 }
 
