@@ -24,11 +24,6 @@ StagingPool::~StagingPool() {
 
 size_t StagingPool::sizeClass(size_t size) { return std::bit_ceil(std::max<size_t>(size, 64 << 10)); }
 
-size_t StagingPool::pinnedBytes() const {
-  std::lock_guard lock(mutex_);
-  return pinnedBytes_;
-}
-
 void* StagingPool::reuseOrAllocate(size_t capacity) {
   std::lock_guard lock(mutex_);
   if (auto it = free_.find(capacity); it != free_.end() && !it->second.empty()) {

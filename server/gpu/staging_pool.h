@@ -88,7 +88,6 @@ class StagingPool {
   // A pinned buffer of at least `size` bytes charged to `budget` (may be null); nullptr when the
   // budget refuses it or the driver has no pinned memory left.
   std::shared_ptr<StagingBuffer> take(size_t size, const std::shared_ptr<StagingBudget>& budget);
-  size_t pinnedBytes() const;
 
  private:
   friend class StagingBuffer;
@@ -100,7 +99,7 @@ class StagingPool {
   size_t warnBytes_;
   size_t pinnedBytes_ = 0;
   bool warned_ = false;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;
 };
 
