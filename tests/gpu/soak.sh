@@ -38,14 +38,21 @@ TALLYD=$!
 trap 'kill $TALLYD 2>/dev/null; timeout 10 tail --pid=$TALLYD -f /dev/null || kill -KILL $TALLYD 2>/dev/null' EXIT
 for _ in $(seq 1 100); do [[ -S $SOCK ]] && break; sleep 0.05; done
 
-# What tallyd holds when no tenant is connected (after one tenant came and went, so that lazily
-# made state — completion threads, staging buffers, module caches — is part of "idle").
+# What tallyd holds when no tenant is connected, measured after the warm-up below so that lazily
+# made state — completion threads, staging buffers, module caches — is part of "idle".
 gpu_mib() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p="$TALLYD" '$1==p {print $2}'; }
 threads() { ls "/proc/$TALLYD/task" | wc -l; }
 fds() { ls "/proc/$TALLYD/fd" | wc -l; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$TALLYD/status"; }
-env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_TENANT=warmup \
-  timeout 60 "$BUILD/tests/gpu/gpu_vector_add" >/dev/null 2>&1
+# Every program runs once first, as each priority class: the driver grows some context memory
+# lazily and keeps it (local memory for the largest per-thread stack seen, module code), which
+# is not a tenant's leak; a leak grows with the runs after this.
+for prog in "${PROGRAMS[@]}"; do
+  for priority in high best-effort; do
+    env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_TENANT=warmup \
+      TALLY_PRIORITY=$priority timeout 60 "$BUILD/tests/gpu/gpu_$prog" >/dev/null 2>&1
+  done
+done
 sleep 1
 IDLE_GPU=$(gpu_mib) IDLE_THREADS=$(threads) IDLE_FDS=$(fds) IDLE_RSS=$(rss_kib)
 
