@@ -2,8 +2,10 @@
 
 #include "common/frame/socket_io.h"
 #include "schema/admin.capnp.h"
+#include "schema/envelope.capnp.h"
 
 #include <capnp/message.h>
+#include <capnp/schema.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -80,12 +82,21 @@ void fillStatus(wire::ServerStatus::Builder status, AdminState& state) {
   status.setTenantCount(static_cast<uint32_t>(admitted(state.sessions).size()));
 }
 
+// The name of what a tenant's thread is in (TenantCounters::busyCall): the call's field name in
+// schema/envelope.capnp, from the compiled-in schema; empty when idle.
+std::string busyCallName(int32_t call) {
+  if (call == session::TenantCounters::kBusyIdle) return "";
+  if (call == session::TenantCounters::kBusyReleasing) return "release";
+  auto fields = capnp::Schema::from<wire::Call>().getUnionFields();
+  return call >= 0 && static_cast<unsigned>(call) < fields.size() ? fields[call].getProto().getName() : "unknown";
+}
+
 // What the tenant's thread is in and the host callbacks it owes: read without the driver, so
 // this answers while a driver call blocks every session (the case it is there to show).
 void fillBusy(wire::TenantInfo::Builder out, const session::Tenant& t) {
   const session::TenantCounters& c = t.counters();
-  if (const char* what = c.busyIn.load(std::memory_order_acquire); what != nullptr) {
-    out.setBusyIn(what);
+  if (std::string name = busyCallName(c.busyCall.load(std::memory_order_acquire)); !name.empty()) {
+    out.setBusyIn(name);
     auto since = std::chrono::steady_clock::duration(c.busySinceNs.load(std::memory_order_relaxed));
     out.setBusySeconds(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch() - since).count());
   }

@@ -3,7 +3,6 @@
 #include "schema/envelope.capnp.h"
 
 #include <capnp/message.h>
-#include <capnp/schema.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -91,13 +90,6 @@ PriorityClass requestedPriority(wire::Hello::Reader hello) {
 }
 
 const char* priorityText(PriorityClass p) { return p == PriorityClass::kHigh ? "high priority" : "best effort"; }
-
-// The call's field name in schema/calls.capnp; the text lives in the compiled-in schema.
-const char* callName(wire::Call::Reader call) {
-  auto fields = capnp::Schema::from<wire::Call>().getUnionFields();
-  auto which = static_cast<unsigned>(call.which());
-  return which < fields.size() ? fields[which].getProto().getName().cStr() : "unknown";
-}
 
 }  // namespace
 
@@ -212,7 +204,7 @@ bool Session::serve(frame::StreamReader& reader) {
       }
       for (auto call : message.getCalls()) {
         throttle();
-        BusyMark busy(tenant_->counters(), callName(call));
+        BusyMark busy(tenant_->counters(), static_cast<int32_t>(call.which()));
         api::CallContext ctx(*tenant_, outbox_, reader, bulkLeft, call.getId(), services_);
         if (!api::dispatch(ctx, call)) {
           spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), ctx.protocolErrorText());
@@ -269,7 +261,7 @@ void Session::run() {
     // The scheduler first lets go of what it holds back for this tenant, so that release()'s
     // stream syncs finish; it frees its own per-tenant state once the streams are gone.
     if (services_.policy != nullptr) services_.policy->tenantEnding(tenant_->id());
-    BusyMark busy(tenant_->counters(), "release");
+    BusyMark busy(tenant_->counters(), TenantCounters::kBusyReleasing);
     tenant_->release();
     if (services_.policy != nullptr) services_.policy->tenantReleased(tenant_->id());
   }

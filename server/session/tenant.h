@@ -95,20 +95,23 @@ struct TenantCounters {
   // to answer: for an inference tenant, an estimate of its requests' GPU-side latency. Shared:
   // the completion thread records into it after the call has left the session thread.
   std::shared_ptr<metrics::LatencyHistogram> syncWaits = std::make_shared<metrics::LatencyHistogram>();
-  // What the tenant's thread is in now — a call's name (static storage) or "release"; null
-  // between calls — and since when (steady clock): tallyctl shows a thread stuck in the driver.
-  std::atomic<const char*> busyIn{nullptr};
+  // What the tenant's thread is in now — a call (its wire::Call discriminant), kBusyReleasing,
+  // or kBusyIdle — and since when (steady clock): tallyctl shows a thread stuck in the driver.
+  // An integer on the call path; the admin thread looks the name up.
+  static constexpr int32_t kBusyIdle = -1;
+  static constexpr int32_t kBusyReleasing = -2;
+  std::atomic<int32_t> busyCall{kBusyIdle};
   std::atomic<int64_t> busySinceNs{0};
 };
 
-// Marks the tenant's thread as inside `what` for its lifetime.
+// Marks the tenant's thread as inside `call` (a discriminant or kBusyReleasing) for its lifetime.
 class BusyMark {
  public:
-  BusyMark(TenantCounters& counters, const char* what) : counters_(counters) {
+  BusyMark(TenantCounters& counters, int32_t call) : counters_(counters) {
     counters_.busySinceNs.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-    counters_.busyIn.store(what, std::memory_order_release);
+    counters_.busyCall.store(call, std::memory_order_release);
   }
-  ~BusyMark() { counters_.busyIn.store(nullptr, std::memory_order_release); }
+  ~BusyMark() { counters_.busyCall.store(TenantCounters::kBusyIdle, std::memory_order_release); }
   BusyMark(const BusyMark&) = delete;
   BusyMark& operator=(const BusyMark&) = delete;
 
