@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -81,6 +82,58 @@ bool waitsForOtherStreams(const Probe& p, unsigned* releaseHost, CUstream spinSt
   return waited;
 }
 
+struct VmmRange {
+  CUdeviceptr address = 0;
+  size_t size = 2 << 20;
+  CUmemGenericAllocationHandle handle = 0;
+};
+
+CUresult vmmMap(VmmRange& v) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  if (CUresult r = cuMemAddressReserve(&v.address, v.size, 0, 0, 0); r != CUDA_SUCCESS) return r;
+  if (CUresult r = cuMemCreate(&v.handle, v.size, &prop, 0); r != CUDA_SUCCESS) return r;
+  if (CUresult r = cuMemMap(v.address, v.size, 0, v.handle, 0); r != CUDA_SUCCESS) return r;
+  CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  return cuMemSetAccess(v.address, v.size, &access, 1);
+}
+
+CUresult vmmUnmap(VmmRange& v) {
+  if (CUresult r = cuMemUnmap(v.address, v.size); r != CUDA_SUCCESS) return r;
+  if (CUresult r = cuMemRelease(v.handle); r != CUDA_SUCCESS) return r;
+  return cuMemAddressFree(v.address, v.size);
+}
+
+// The tiny PTX compiled to SASS, as tallyd receives most images (fatbins with SASS for sm_90).
+void linkCubin(std::vector<char>& out) {
+  CUlinkState link = nullptr;
+  CHECK(cuLinkCreate(0, nullptr, nullptr, &link));
+  CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, const_cast<char*>(kTinyPtx), std::strlen(kTinyPtx) + 1, "tiny", 0,
+                      nullptr, nullptr));
+  void* image = nullptr;
+  size_t size = 0;
+  CHECK(cuLinkComplete(link, &image, &size));
+  out.assign(static_cast<char*>(image), static_cast<char*>(image) + size);
+  CHECK(cuLinkDestroy(link));
+}
+
+// Does a stream-ordered free of cuMemAlloc memory give the memory back? (cuMemGetInfo before
+// and after, no context-wide sync in between.)
+void printFreeAsyncReturnsMemory(CUstream stream) {
+  size_t before = 0, during = 0, after = 0, total = 0;
+  CUdeviceptr p = 0;
+  CHECK(cuMemGetInfo(&before, &total));
+  CHECK(cuMemAlloc(&p, size_t(4) << 30));
+  CHECK(cuMemGetInfo(&during, &total));
+  CHECK(cuMemFreeAsync(p, stream));
+  CHECK(cuStreamSynchronize(stream));
+  CHECK(cuMemGetInfo(&after, &total));
+  std::printf("{\"check\": \"cuMemFreeAsync of a 4 GiB cuMemAlloc returns it\", \"free_mib_before\": %zu, "
+              "\"free_mib_allocated\": %zu, \"free_mib_after\": %zu}\n",
+              before >> 20, during >> 20, after >> 20);
+}
+
 }  // namespace
 
 int main() {
@@ -106,6 +159,18 @@ int main() {
   CUevent idleEvent = nullptr;
   CUmodule module = nullptr;
   CUfunction tiny = nullptr;
+  CUlibrary library = nullptr;
+  CUdeviceptr poolPtr = 0;
+  CUmemoryPool pool = nullptr;
+  CUmemPoolProps poolProps = {};
+  poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CHECK(cuMemPoolCreate(&pool, &poolProps));
+  cuuint64_t keepAll = ~cuuint64_t(0);
+  CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keepAll));
+  VmmRange vmm;
+  std::vector<char> cubin;
+  CUmodule cubinModule = nullptr;
 
   auto onThread = [ctx](auto f) {
     return [ctx, f]() -> CUresult {
@@ -138,6 +203,32 @@ int main() {
       {"cuStreamSynchronize (other stream)", nullptr, onThread([&] { return cuStreamSynchronize(other); })},
       {"cuCtxSetLimit (printf fifo)", nullptr, onThread([&] { return cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 2 << 20); })},
       {"cuCtxSetLimit (stack size)", nullptr, onThread([&] { return cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096); })},
+      // Candidates for frees that do not wait for the whole context: the stream-ordered pool
+      // and the virtual-memory calls.
+      {"cuMemAllocFromPoolAsync 1 MiB + cuStreamSynchronize", nullptr, onThread([&] {
+         CUresult r = cuMemAllocFromPoolAsync(&poolPtr, 1 << 20, pool, other);
+         return r != CUDA_SUCCESS ? r : cuStreamSynchronize(other);
+       })},
+      {"cuMemFreeAsync (pool memory) + cuStreamSynchronize", nullptr, onThread([&] {
+         CUresult r = cuMemFreeAsync(poolPtr, other);
+         return r != CUDA_SUCCESS ? r : cuStreamSynchronize(other);
+       })},
+      {"cuMemPoolTrimTo 0", nullptr, onThread([&] { return cuMemPoolTrimTo(pool, 0); })},
+      {"cuMemFreeAsync (cuMemAlloc memory) + cuStreamSynchronize", [&] { cuMemAlloc(&devSmall, 256); }, onThread([&] {
+         CUresult r = cuMemFreeAsync(devSmall, other);
+         return r != CUDA_SUCCESS ? r : cuStreamSynchronize(other);
+       })},
+      {"cuMemCreate + cuMemMap + cuMemSetAccess 2 MiB", nullptr, onThread([&] { return vmmMap(vmm); })},
+      {"cuMemUnmap + cuMemRelease + cuMemAddressFree 2 MiB", nullptr, onThread([&] { return vmmUnmap(vmm); })},
+      {"cuModuleLoadData (cubin)", [&] { linkCubin(cubin); }, onThread([&] { return cuModuleLoadData(&cubinModule, cubin.data()); })},
+      {"cuModuleUnload (cubin)", nullptr, onThread([&] { return cuModuleUnload(cubinModule); })},
+      {"cuLibraryLoadData (PTX)", nullptr, onThread([&] { return cuLibraryLoadData(&library, kTinyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0); })},
+      {"cuLibraryGetKernel + cuLaunchKernel", nullptr, onThread([&] {
+         CUkernel k = nullptr;
+         CUresult r = cuLibraryGetKernel(&k, library, "tiny");
+         return r != CUDA_SUCCESS ? r : cuLaunchKernel(reinterpret_cast<CUfunction>(k), 1, 1, 1, 1, 1, 1, 0, other, nullptr, nullptr);
+       })},
+      {"cuLibraryUnload", [&] { cuStreamSynchronize(other); }, onThread([&] { return cuLibraryUnload(library); })},
   };
   for (const Probe& p : probes) {
     double millis = 0;
@@ -147,6 +238,8 @@ int main() {
                 waited ? "true" : "false", millis, int(result));
     std::fflush(stdout);
   }
+
+  printFreeAsyncReturnsMemory(other);
 
   // Second table: calls that do not wait by themselves, made while another thread waits inside
   // cuModuleLoadData for the spinning kernel. If they wait too, one tenant's module load stalls
@@ -173,13 +266,32 @@ int main() {
       {"cuStreamCreateWithPriority", nullptr, onThread([&] { return cuStreamCreateWithPriority(&idleStream, CU_STREAM_NON_BLOCKING, 0); })},
       {"cuMemAlloc 256 B", nullptr, onThread([&] { return cuMemAlloc(&devSmall, 256); })},
   };
-  for (const Probe& p : behindLoad) {
-    double millis = 0;
-    CUresult result = CUDA_SUCCESS;
-    bool waited = waitsForOtherStreams(p, release, spinStream, millis, result, loadWhileSpinning);
-    std::printf("{\"call\": \"%s\", \"while_another_thread_loads_a_module\": true, \"waits_for_other_streams\": %s, \"ms\": %.1f, \"result\": %d}\n",
-                p.name, waited ? "true" : "false", millis, int(result));
-    std::fflush(stdout);
+  // The same calls while another thread waits inside cuMemFree (a tenant's cudaFree).
+  CUdeviceptr blockerMemory = 0;
+  auto freeWhileSpinning = [&]() -> CUresult {
+    cuCtxSetCurrent(ctx);
+    return cuMemFree(blockerMemory);
+  };
+  struct Blocker {
+    const char* name;
+    std::function<void()> prepare;
+    std::function<CUresult()> wait;
+  } blockers[] = {{"cuModuleLoadData", nullptr, loadWhileSpinning},
+                  {"cuMemFree", [&] { cuMemAlloc(&blockerMemory, 256); }, freeWhileSpinning}};
+  for (const Blocker& b : blockers) {
+    for (Probe p : behindLoad) {
+      auto own = p.prepare;
+      p.prepare = [&, own] {
+        if (b.prepare) b.prepare();
+        if (own) own();
+      };
+      double millis = 0;
+      CUresult result = CUDA_SUCCESS;
+      bool waited = waitsForOtherStreams(p, release, spinStream, millis, result, b.wait);
+      std::printf("{\"call\": \"%s\", \"while_another_thread_waits_in\": \"%s\", \"waits_for_other_streams\": %s, \"ms\": %.1f, \"result\": %d}\n",
+                  p.name, b.name, waited ? "true" : "false", millis, int(result));
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

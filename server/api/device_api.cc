@@ -11,13 +11,7 @@ namespace {
 void synchronizeDevice(CallContext& ctx, uint32_t device) {
   gpu::Gpu* g = ctx.tenant().gpu(device);
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
-  g->makeCurrent();
-  CUstream waiter = ctx.tenant().syncStream(g);
-  for (session::StreamState* s : ctx.tenant().streamsOf(g)) {
-    cuEventRecord(s->joinEvent, s->stream);
-    cuStreamWaitEvent(waiter, s->joinEvent, 0);
-  }
-  replyWhenDone(ctx, *g, waiter);
+  replyWhenDone(ctx, *g, ctx.tenant().joinedSyncStream(g));
 }
 
 bool limitIsSafeToRaise(CUlimit limit) {

@@ -247,12 +247,19 @@ void hostRegister(CallContext& ctx, wire::HostRegister::Reader args) {
   ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(deviceAddress); });
 }
 
+// Replies once the memory is gone, i.e. after the tenant's earlier work: cudaFree's own promise.
+void freeMemory(CallContext& ctx, uint64_t ptr) {
+  gpu::Gpu* on = nullptr;
+  if (CUresult r = ctx.tenant().free(ptr, on); r != CUDA_SUCCESS) return ctx.finish(r);
+  replyWhenDone(ctx, *on, ctx.tenant().syncStream(on));
+}
+
 }  // namespace
 
 void handleMemory(CallContext& ctx, wire::Call::Reader call) {
   switch (call.which()) {
     case wire::Call::MEM_ALLOC: return allocate(ctx, call.getMemAlloc());
-    case wire::Call::MEM_FREE: return ctx.finish(ctx.tenant().free(call.getMemFree().getPtr()));
+    case wire::Call::MEM_FREE: return freeMemory(ctx, call.getMemFree().getPtr());
     case wire::Call::MEMCPY: return copy(ctx, call.getMemcpy());
     case wire::Call::MEMSET: return set(ctx, call.getMemset());
     case wire::Call::MEM_GET_INFO: return memGetInfo(ctx, call.getMemGetInfo());

@@ -155,6 +155,16 @@ CUstream Tenant::syncStream(gpu::Gpu* g) {
   return s;
 }
 
+CUstream Tenant::joinedSyncStream(gpu::Gpu* g) {
+  g->makeCurrent();
+  CUstream waiter = syncStream(g);
+  for (StreamState* s : streamsOf(g)) {
+    cuEventRecord(s->joinEvent, s->stream);
+    cuStreamWaitEvent(waiter, s->joinEvent, 0);
+  }
+  return waiter;
+}
+
 CUresult Tenant::destroyStream(uint64_t id) {
   auto it = streams_.find(id);
   if (it == streams_.end() || it->second->legacyDefault) return CUDA_ERROR_INVALID_HANDLE;
@@ -227,11 +237,11 @@ CUresult Tenant::allocatePitch(uint32_t device, size_t width, size_t height, CUd
   return CUDA_SUCCESS;
 }
 
-CUresult Tenant::free(CUdeviceptr ptr) {
+CUresult Tenant::free(CUdeviceptr ptr, gpu::Gpu*& on) {
   auto it = ranges_.find(ptr);
   if (it == ranges_.end() || !it->second.allocation) return CUDA_ERROR_INVALID_VALUE;
-  it->second.gpu->makeCurrent();
-  CUresult r = cuMemFree(ptr);
+  on = it->second.gpu;
+  CUresult r = cuMemFreeAsync(ptr, joinedSyncStream(on));
   allocatedBytes_ -= it->second.size;
   ranges_.erase(it);
   publishUsage();
@@ -375,6 +385,13 @@ FunctionState& Tenant::addFunction(uint64_t id, FunctionState state) {
 
 // --- end of tenancy --------------------------------------------------------------------
 
+void Tenant::freeAfterTenantWork(gpu::Gpu* g, CUdeviceptr ptr) {
+  g->makeCurrent();
+  if (CUresult r = cuMemFreeAsync(ptr, joinedSyncStream(g)); r != CUDA_SUCCESS) {
+    spdlog::warn("tenant {} ({}): freeing 0x{:x} at release failed: {}", id_, name_, ptr, gpu::describe(r));
+  }
+}
+
 void Tenant::release() {
   if (released_) return;
   released_ = true;
@@ -387,34 +404,32 @@ void Tenant::release() {
       spdlog::warn("tenant {} ({}): stream sync at release failed: {}", id_, name_, gpu::describe(r));
     }
   }
+  // Frees are stream-ordered on the tenant's sync stream: cuMemFree would wait for every kernel
+  // of the context, and hold other tenants' calls while it waits.
   size_t freedBytes = allocatedBytes_;
   for (auto& [ptr, range] : ranges_) {
-    if (!range.allocation) continue;
-    range.gpu->makeCurrent();
-    cuMemFree(ptr);
+    if (range.allocation) freeAfterTenantWork(range.gpu, ptr);
   }
   ranges_.clear();
   allocatedBytes_ = 0;
   for (auto& [id, s] : streams_) {
     s->gpu->makeCurrent();
-    cuStreamDestroy(s->stream);
-    cuEventDestroy(s->joinEvent);
-    if (s->hostFlag != nullptr) cuMemFreeHost(s->hostFlag);
-    if (s->variantSide != nullptr) {
-      cuStreamSynchronize(s->variantSide);
-      cuStreamDestroy(s->variantSide);
-    }
+    if (s->variantSide != nullptr) cuStreamSynchronize(s->variantSide);
     if (s->ptbControl != 0) retiredPtbControls_.emplace_back(s->gpu, s->ptbControl);
   }
-  for (auto [g, control] : retiredPtbControls_) {
-    g->makeCurrent();
-    cuMemFree(control);
-  }
+  for (auto [g, control] : retiredPtbControls_) freeAfterTenantWork(g, control);
   retiredPtbControls_.clear();
   for (auto& [g, s] : syncStreams_) {
     g->makeCurrent();
     cuStreamSynchronize(s);
     cuStreamDestroy(s);
+  }
+  for (auto& [id, s] : streams_) {
+    s->gpu->makeCurrent();
+    cuStreamDestroy(s->stream);
+    cuEventDestroy(s->joinEvent);
+    if (s->hostFlag != nullptr) cuMemFreeHost(s->hostFlag);
+    if (s->variantSide != nullptr) cuStreamDestroy(s->variantSide);
   }
   for (auto& [id, e] : events_) {
     e.gpu->makeCurrent();

@@ -151,6 +151,9 @@ class Tenant {
   std::vector<StreamState*> streamsOf(gpu::Gpu* g);
   // A private stream of this tenant on `g` used to wait on events/streams for syncs.
   CUstream syncStream(gpu::Gpu* g);
+  // syncStream(g), made to wait for the work queued so far on every stream of this tenant on
+  // `g`: what a device-wide sync of the tenant's own device means.
+  CUstream joinedSyncStream(gpu::Gpu* g);
 
   CUresult createEvent(uint32_t device, uint64_t id, unsigned flags);
   CUresult destroyEvent(uint64_t id);
@@ -159,7 +162,10 @@ class Tenant {
   // --- memory -------------------------------------------------------------------------
   CUresult allocate(uint32_t device, size_t size, CUdeviceptr& out);
   CUresult allocatePitch(uint32_t device, size_t width, size_t height, CUdeviceptr& out, size_t& pitch);
-  CUresult free(CUdeviceptr ptr);
+  // Like cudaFree, narrowed to the tenant: the memory goes once every stream of this tenant
+  // has passed this point (queued on joinedSyncStream, whose completion the caller awaits),
+  // not once every kernel of the context has ended, which cuMemFree waits for. `on`: its GPU.
+  CUresult free(CUdeviceptr ptr, gpu::Gpu*& on);
   // The GPU whose memory holds [ptr, ptr+size) if the tenant owns all of it, else nullptr.
   gpu::Gpu* ownerOf(CUdeviceptr ptr, size_t size) const;
   size_t allocatedBytes() const { return allocatedBytes_; }
@@ -248,6 +254,7 @@ class Tenant {
   // Copies allocatedBytes_ and the stream count into counters_ (after each change).
   void publishUsage();
   void joinStreams(StreamState& waiter, StreamState& waited);
+  void freeAfterTenantWork(gpu::Gpu* g, CUdeviceptr ptr);
 
   uint64_t id_;
   std::string name_;

@@ -86,7 +86,9 @@ int main() {
     return total == want && bad_seen == 0;
   };
 
-  CHECK(cudaMemset(d_seen, 0, sizeof(long long) * grid));
+  // Memsets on s: cudaMemset of device memory may return before it is done, and the legacy
+  // stream does not order a non-blocking stream (a tallyd soak caught the race).
+  CHECK(cudaMemsetAsync(d_seen, 0, sizeof(long long) * grid, s));
   CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(coop_sum), dim3(grid), dim3(kThreads),
                                     args, 0, s));
   CHECK(cudaStreamSynchronize(s));
@@ -153,8 +155,8 @@ int main() {
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 2;
-    CHECK(cudaMemset(d_seen, 0, sizeof(long long) * grid));
-    CHECK(cudaMemset(d_total, 0, sizeof(long long)));
+    CHECK(cudaMemsetAsync(d_seen, 0, sizeof(long long) * grid, s));
+    CHECK(cudaMemsetAsync(d_total, 0, sizeof(long long), s));
     CHECK(cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(coop_sum), args));
     CHECK(cudaStreamSynchronize(s));
     expect(check_result("cudaLaunchKernelExC(cooperative)", grid), "cooperative attribute via ExC");

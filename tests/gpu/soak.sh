@@ -53,11 +53,9 @@ for prog in "${PROGRAMS[@]}"; do
       TALLY_PRIORITY=$priority timeout 60 "$BUILD/tests/gpu/gpu_$prog" >/dev/null 2>&1
   done
 done
-sleep 1
-IDLE_GPU=$(gpu_mib) IDLE_THREADS=$(threads) IDLE_FDS=$(fds) IDLE_RSS=$(rss_kib)
 
-tenant_loop() {  # tenant_loop INDEX: runs programs until the deadline; one line per run
-  local i=$1 deadline=$2 priority=best-effort
+tenant_loop() {  # tenant_loop INDEX DEADLINE KILL_PERCENT: runs programs until the deadline; one line per run
+  local i=$1 deadline=$2 kill_percent=$3 priority=best-effort
   (( i % 2 == 0 )) && priority=high
   RANDOM=$((i * 7919 + 1))
   while (( $(date +%s) < deadline )); do
@@ -66,7 +64,7 @@ tenant_loop() {  # tenant_loop INDEX: runs programs until the deadline; one line
     env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_TENANT="soak-$i" \
       TALLY_PRIORITY="$priority" timeout -s KILL 120 "$BUILD/tests/gpu/gpu_$prog" >"$WORK/run-$i.out" 2>&1 &
     local pid=$! outcome
-    if (( RANDOM % 100 < KILL_PERCENT )); then
+    if (( RANDOM % 100 < kill_percent )); then
       sleep "$((RANDOM % 2)).$((RANDOM % 10))$((RANDOM % 10))"
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
       wait "$pid" 2>/dev/null; outcome=killed
@@ -80,12 +78,24 @@ tenant_loop() {  # tenant_loop INDEX: runs programs until the deadline; one line
     echo "$prog $priority $outcome"
   done
 }
+# Then all tenants at once for a while, nobody killed: the driver sizes some context memory for
+# the most streams and kernels it has seen at once and keeps it. A leak keeps growing after
+# this (gpu_mib_series samples it every 30 s).
+WARM_DEADLINE=$(( $(date +%s) + 20 ))
+for i in $(seq 1 "$TENANTS"); do tenant_loop "$i" "$WARM_DEADLINE" 0 >"$WORK/warmup-$i.log" & done
+wait $(jobs -p | grep -v "^$TALLYD$") 2>/dev/null
+sleep 3
+IDLE_GPU=$(gpu_mib) IDLE_THREADS=$(threads) IDLE_FDS=$(fds) IDLE_RSS=$(rss_kib)
+
 DEADLINE=$(( $(date +%s) + SECONDS_TOTAL ))
-for i in $(seq 1 "$TENANTS"); do tenant_loop "$i" "$DEADLINE" >"$WORK/tenant-$i.log" & done
-PEAK_TENANTS=0
+for i in $(seq 1 "$TENANTS"); do tenant_loop "$i" "$DEADLINE" "$KILL_PERCENT" >"$WORK/tenant-$i.log" & done
+PEAK_TENANTS=0 SERIES="" NEXT_SAMPLE=0
 while (( $(date +%s) < DEADLINE )); do
   n=$("$BUILD/server/tallyctl" --socket "$ADMIN" status 2>/dev/null | awk '/^tenants/ {print $2}')
   (( ${n:-0} > PEAK_TENANTS )) && PEAK_TENANTS=$n
+  if (( $(date +%s) >= NEXT_SAMPLE )); then
+    SERIES+="${SERIES:+,}$(gpu_mib)"; NEXT_SAMPLE=$(( $(date +%s) + 30 ))
+  fi
   sleep 2
 done
 wait $(jobs -p | grep -v "^$TALLYD$") 2>/dev/null
@@ -95,10 +105,11 @@ LEFT=$("$BUILD/server/tallyctl" --socket "$ADMIN" status | awk '/^tenants/ {prin
 cat "$WORK"/tenant-*.log >"$WORK/runs.txt"
 RUNS=$(wc -l <"$WORK/runs.txt") KILLED=$(grep -c ' killed$' "$WORK/runs.txt") PASSED=$(grep -c ' passed$' "$WORK/runs.txt")
 FAILED=$(grep -c ' failed:' "$WORK/runs.txt")
+WARM_RUNS=$(cat "$WORK"/warmup-*.log | wc -l) WARM_FAILED=$(cat "$WORK"/warmup-*.log | grep -c ' failed:')
 ALIVE=0; kill -0 "$TALLYD" 2>/dev/null && ALIVE=1
-SUMMARY=$(printf '{"seconds":%s,"tenants":%s,"kill_percent":%s,"runs":%s,"passed":%s,"killed":%s,"failed":%s,"peak_connected":%s,"tenants_left":%s,"tallyd_alive":%s,"gpu_mib":{"idle":%s,"after":%s},"threads":{"idle":%s,"after":%s},"fds":{"idle":%s,"after":%s},"rss_kib":{"idle":%s,"after":%s}}' \
-  "$SECONDS_TOTAL" "$TENANTS" "$KILL_PERCENT" "$RUNS" "$PASSED" "$KILLED" "$FAILED" "$PEAK_TENANTS" "${LEFT:-null}" "$ALIVE" \
-  "${IDLE_GPU:-null}" "${AFTER_GPU:-null}" "$IDLE_THREADS" "$AFTER_THREADS" "$IDLE_FDS" "$AFTER_FDS" "$IDLE_RSS" "$AFTER_RSS")
+SUMMARY=$(printf '{"seconds":%s,"tenants":%s,"kill_percent":%s,"warmup":{"runs":%s,"failed":%s},"runs":%s,"passed":%s,"killed":%s,"failed":%s,"peak_connected":%s,"tenants_left":%s,"tallyd_alive":%s,"gpu_mib":{"idle":%s,"after":%s,"series":[%s]},"threads":{"idle":%s,"after":%s},"fds":{"idle":%s,"after":%s},"rss_kib":{"idle":%s,"after":%s}}' \
+  "$SECONDS_TOTAL" "$TENANTS" "$KILL_PERCENT" "$WARM_RUNS" "$WARM_FAILED" "$RUNS" "$PASSED" "$KILLED" "$FAILED" "$PEAK_TENANTS" "${LEFT:-null}" "$ALIVE" \
+  "${IDLE_GPU:-null}" "${AFTER_GPU:-null}" "$SERIES" "$IDLE_THREADS" "$AFTER_THREADS" "$IDLE_FDS" "$AFTER_FDS" "$IDLE_RSS" "$AFTER_RSS")
 echo "$SUMMARY"
 grep ' failed:' "$WORK/runs.txt" | sort | uniq -c | head -20
 if [[ -n ${OUT:-} ]]; then
