@@ -645,22 +645,34 @@ size_t elfImageSize(const uint8_t* elf) {
   return extent > SIZE_MAX ? 0 : static_cast<size_t>(extent);
 }
 
-std::span<const uint8_t> findElfSection(std::span<const uint8_t> elf, std::string_view name) {
+bool forEachElfSection(std::span<const uint8_t> elf, const std::function<bool(const ElfSection&)>& visit) {
   const Bytes image = untrusted(elf);
   ElfLayout layout;
-  if (!readElfLayout(image, layout) || layout.namesSection >= layout.sectionCount) return {};
+  if (!readElfLayout(image, layout) || layout.namesSection >= layout.sectionCount) return false;
   Elf64_Shdr namesHeader;
-  if (!readSectionHeader(image, layout.header, layout.namesSection, namesHeader)) return {};
+  if (!readSectionHeader(image, layout.header, layout.namesSection, namesHeader)) return false;
   const auto names = sectionBytes(elf, namesHeader);
-  if (names.empty()) return {};
+  if (names.empty()) return false;
   for (uint64_t i = 0; i < layout.sectionCount; ++i) {
     Elf64_Shdr section;
-    if (!readSectionHeader(image, layout.header, i, section)) return {};
-    if (section.sh_type != SHT_NULL && nameAt(names, section.sh_name) == name) {
-      return sectionBytes(elf, section);
+    if (!readSectionHeader(image, layout.header, i, section)) return false;
+    if (section.sh_type == SHT_NULL) continue;
+    if (!visit(ElfSection{nameAt(names, section.sh_name), section.sh_type, sectionBytes(elf, section),
+                          section.sh_entsize, section.sh_size})) {
+      break;
     }
   }
-  return {};
+  return true;
+}
+
+std::span<const uint8_t> findElfSection(std::span<const uint8_t> elf, std::string_view name) {
+  std::span<const uint8_t> found;
+  forEachElfSection(elf, [&](const ElfSection& section) {
+    if (section.name != name) return true;
+    found = section.bytes;
+    return false;
+  });
+  return found;
 }
 
 const Entry* selectForDevice(const std::vector<Entry>& entries, int major, int minor) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -97,6 +98,18 @@ size_t elfImageSize(const uint8_t* elf);
 // Bounds-checked lookup of an ELF64 section by name (e.g. ".nv_fatbin" in an object file or
 // executable). Empty span if absent, SHT_NOBITS, or the image is malformed.
 std::span<const uint8_t> findElfSection(std::span<const uint8_t> elf, std::string_view name);
+
+// One section of an ELF64 image, as forEachElfSection shows it.
+struct ElfSection {
+  std::string_view name;
+  uint32_t type;                   // SHT_*
+  std::span<const uint8_t> bytes;  // empty for SHT_NOBITS or when it does not fit the image
+  uint64_t entrySize;
+  uint64_t size;                   // sh_size, also for SHT_NOBITS
+};
+// Bounds-checked walk over the sections of an ELF64 image (SHT_NULL ones skipped) until `visit`
+// returns false. False if the image is malformed (sections before that point were visited).
+bool forEachElfSection(std::span<const uint8_t> elf, const std::function<bool(const ElfSection&)>& visit);
 
 // Choose what a device of compute capability major.minor can load: a cubin of the same major
 // with the highest minor <= the device's (arch-specific "a" cubins only on exactly their arch,

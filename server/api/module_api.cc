@@ -83,6 +83,7 @@ void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
   CUfunction f = nullptr;
   if (CUresult r = cuModuleGetFunction(&f, m->module, args.getName().cStr()); r != CUDA_SUCCESS) return ctx.finish(r);
   session::FunctionState state{m->gpu, f, paramLayout(f), 0};
+  state.module = args.getModule();
   state.profileKey = m->identity + "/" + args.getName().cStr();
   for (auto [offset, size] : state.params) state.paramBytes = std::max<size_t>(state.paramBytes, offset + size);
   if (m->hasVariants) {
@@ -131,6 +132,9 @@ void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   f->gpu->makeCurrent();
   auto attribute = static_cast<CUfunction_attribute>(args.getAttribute());
+  for (CUfunction changed : {f->function, f->sliced, f->ptb}) {
+    if (changed != nullptr) ctx.tenant().noteAttributeChange(f->module, changed, attribute);
+  }
   CUresult r = cuFuncSetAttribute(f->function, attribute, args.getValue());
   // The variants run the same code with the same launch shape: they need the same settings
   // (e.g. a larger dynamic shared memory limit).

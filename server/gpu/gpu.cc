@@ -19,6 +19,10 @@ std::string describe(CUresult result) {
 
 namespace {
 
+// Idle module instances kept per GPU (module_pool.h). Each holds its code and constant banks in
+// device memory: enough for a few dozen tenants' modules, all unloaded when the GPU goes idle.
+constexpr size_t kMaxIdleModules = 512;
+
 DeviceDescription describeDevice(int ordinal, CUdevice device) {
   DeviceDescription d;
   d.ordinal = ordinal;
@@ -90,6 +94,10 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
   }
   completions_ = std::make_unique<CompletionQueue>(context_);
   staging_ = std::make_unique<StagingPool>(context_);
+  modulePool_ = std::make_unique<ModulePool>(kMaxIdleModules, [this](CUmodule m) {
+    makeCurrent();
+    cuModuleUnload(m);
+  });
   // Loaded now, not on first use: a module load on a tenant's launch path could wait for other
   // tenants' work that waits for that tenant's next call.
   makeCurrent();
@@ -108,7 +116,8 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
 int Gpu::multiprocessors() const { return description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]; }
 
 Gpu::~Gpu() {
-  if (ptbHelpers_) makeCurrent();
+  makeCurrent();
+  modulePool_.reset();
   ptbHelpers_.reset();
   completions_.reset();
   staging_.reset();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "server/gpu/completion_queue.h"
+#include "server/gpu/module_pool.h"
 #include "server/gpu/staging_pool.h"
 #include "server/gpu/variant_launch.h"
 
@@ -53,6 +54,7 @@ class Gpu {
   const PtbHelpers* ptbHelpers() const { return ptbHelpers_.get(); }
   CompletionQueue& completions() { return *completions_; }
   StagingPool& staging() { return *staging_; }
+  ModulePool& modulePool() { return *modulePool_; }
 
   // Context-wide limits: only raised, never lowered, so no tenant can shrink another's.
   CUresult raiseLimit(CUlimit limit, size_t value);
@@ -69,6 +71,7 @@ class Gpu {
   std::unique_ptr<CompletionQueue> completions_;
   std::unique_ptr<StagingPool> staging_;
   std::unique_ptr<PtbHelpers> ptbHelpers_;
+  std::unique_ptr<ModulePool> modulePool_;
   std::mutex limitMutex_;
   std::map<int, size_t> initialLimits_;
 };

@@ -1,5 +1,6 @@
 #include "server/session/tenant.h"
 
+#include "common/fatbin/module_data.h"
 #include "server/gpu/cuda_check.h"
 
 #include <spdlog/spdlog.h>
@@ -27,7 +28,9 @@ Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vecto
       gpus_(std::move(gpus)),
       limits_(limits),
       stagingBudget_(std::make_shared<gpu::StagingBudget>(limits.stagingBytes, kStagingHardFactor * limits.stagingBytes,
-                                                          kStagingWait)) {}
+                                                          kStagingWait)) {
+  for (gpu::Gpu* g : gpus_) g->modulePool().tenantArrived();
+}
 
 // --- quotas ----------------------------------------------------------------------------
 
@@ -330,19 +333,46 @@ CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& ide
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (modules_.count(id) != 0) return CUDA_ERROR_INVALID_HANDLE;
   g->makeCurrent();
-  CUmodule m = nullptr;
   if (variants != nullptr) {
-    if (CUresult r = cuModuleLoadData(&m, variants->data()); r == CUDA_SUCCESS) {
-      modules_.emplace(id, ModuleState{g, m, true, identity});
-      return CUDA_SUCCESS;
-    } else {
-      spdlog::warn("tenant {} ({}): cannot load the kernel variants ({}); running the original kernels", id_, name_,
-                   gpu::describe(r));
-    }
+    CUresult r = loadInstance(*g, id, identity, *variants, true);
+    if (r == CUDA_SUCCESS) return r;
+    spdlog::warn("tenant {} ({}): cannot load the kernel variants ({}); running the original kernels", id_, name_,
+                 gpu::describe(r));
   }
-  if (CUresult r = cuModuleLoadData(&m, image.data()); r != CUDA_SUCCESS) return r;
-  modules_.emplace(id, ModuleState{g, m, false, identity});
+  return loadInstance(*g, id, identity, image, false);
+}
+
+// A pooled instance of the image if there is one, else a fresh load (gpu/module_pool.h).
+CUresult Tenant::loadInstance(gpu::Gpu& g, uint64_t id, const std::string& identity, const std::string& image,
+                              bool variants) {
+  std::string key = identity + (variants ? "/variants" : "");
+  CUmodule m = g.modulePool().take(key);
+  if (m == nullptr) {
+    if (CUresult r = cuModuleLoadData(&m, image.data()); r != CUDA_SUCCESS) return r;
+    if (fatbin::declaresModuleData({reinterpret_cast<const uint8_t*>(image.data()), image.size()})) key.clear();
+  }
+  modules_.emplace(id, ModuleState{&g, m, variants, identity, std::move(key), {}});
   return CUDA_SUCCESS;
+}
+
+CUresult Tenant::dropModule(ModuleState& m) {
+  m.gpu->makeCurrent();
+  if (m.poolKey.empty()) return cuModuleUnload(m.module);
+  for (const auto& changed : m.changedAttributes) {
+    cuFuncSetAttribute(changed.function, changed.attribute, changed.original);
+  }
+  m.gpu->modulePool().give(m.poolKey, m.module);
+  return CUDA_SUCCESS;
+}
+
+void Tenant::noteAttributeChange(uint64_t moduleId, CUfunction f, CUfunction_attribute a) {
+  ModuleState* m = module(moduleId);
+  if (m == nullptr || m->poolKey.empty()) return;
+  for (const auto& changed : m->changedAttributes) {
+    if (changed.function == f && changed.attribute == a) return;
+  }
+  int original = 0;
+  if (cuFuncGetAttribute(&original, a, f) == CUDA_SUCCESS) m->changedAttributes.push_back({f, a, original});
 }
 
 bool Tenant::prepareVariants(StreamState& s) {
@@ -363,8 +393,7 @@ bool Tenant::prepareVariants(StreamState& s) {
 CUresult Tenant::unloadModule(uint64_t id) {
   auto it = modules_.find(id);
   if (it == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
-  it->second.gpu->makeCurrent();
-  CUresult r = cuModuleUnload(it->second.module);
+  CUresult r = dropModule(it->second);
   modules_.erase(it);
   return r;
 }
@@ -435,10 +464,8 @@ void Tenant::release() {
     e.gpu->makeCurrent();
     cuEventDestroy(e.event);
   }
-  for (auto& [id, m] : modules_) {
-    m.gpu->makeCurrent();
-    cuModuleUnload(m.module);
-  }
+  for (auto& [id, m] : modules_) dropModule(m);
+  for (gpu::Gpu* g : gpus_) g->modulePool().tenantLeft();
   for (uint32_t* flag : retiredHostFlags_) cuMemFreeHost(flag);
   retiredHostFlags_.clear();
   for (auto& [addr, mapping] : hostMappings_) {

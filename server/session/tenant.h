@@ -66,6 +66,7 @@ struct FunctionState {
   CUfunction sliced = nullptr;
   CUfunction ptb = nullptr;
   std::string profileKey;  // "<module hash>/<kernel name>": what the scheduler learns durations by
+  uint64_t module = 0;     // the client's handle of the module it came from
 };
 
 struct ModuleState {
@@ -73,6 +74,15 @@ struct ModuleState {
   CUmodule module = nullptr;
   bool hasVariants = false;  // loaded from the compiled variant module instead of the client's image
   std::string identity;      // hex content hash of the client's module
+  std::string poolKey;       // where the instance goes back to (gpu::ModulePool); empty: unloaded
+  // Function attributes this tenant changed, with their values before: restored before the
+  // instance goes back to the pool.
+  struct ChangedAttribute {
+    CUfunction function;
+    CUfunction_attribute attribute;
+    int original;
+  };
+  std::vector<ChangedAttribute> changedAttributes;
 };
 
 // What tallyctl shows about a tenant. Only the session thread writes them (relaxed atomic
@@ -204,6 +214,9 @@ class Tenant {
   // refused them (the launch then runs the original kernel).
   bool prepareVariants(StreamState& s);
   CUresult unloadModule(uint64_t id);
+  // Call before changing attribute `a` of function `f` of module `moduleId`: a pooled instance
+  // gets its earlier value back when this tenant is done with it.
+  void noteAttributeChange(uint64_t moduleId, CUfunction f, CUfunction_attribute a);
   ModuleState* module(uint64_t id);
   FunctionState* function(uint64_t id);
   FunctionState& addFunction(uint64_t id, FunctionState state);
@@ -255,6 +268,10 @@ class Tenant {
   void publishUsage();
   void joinStreams(StreamState& waiter, StreamState& waited);
   void freeAfterTenantWork(gpu::Gpu* g, CUdeviceptr ptr);
+  CUresult loadInstance(gpu::Gpu& g, uint64_t id, const std::string& identity, const std::string& image,
+                        bool variants);
+  // Back to the GPU's module pool, or unloaded when the image declares module-scope data.
+  CUresult dropModule(ModuleState& m);
 
   uint64_t id_;
   std::string name_;
