@@ -229,6 +229,8 @@ void memGetInfo(CallContext& ctx, wire::MemGetInfo::Reader args) {
   g->makeCurrent();
   size_t free = 0, total = 0;
   CUresult r = cuMemGetInfo(&free, &total);
+  // What the pool keeps mapped for reuse is free to the tenant too.
+  if (g->memoryPool() != nullptr) free = std::min(total, free + g->memoryPool()->idleBytes());
   ctx.finish(r, [&](wire::Reply::Builder reply) {
     auto info = reply.initMemInfo();
     info.setFree(free);

@@ -98,6 +98,13 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
     makeCurrent();
     cuModuleUnload(m);
   });
+  makeCurrent();
+  std::string poolError;
+  memoryPool_ = MemoryPool::create(device_, poolError);
+  if (!memoryPool_) {
+    spdlog::warn("GPU {}: no memory pool ({}); every tenant allocation maps fresh memory", description_.ordinal,
+                 poolError);
+  }
   // Loaded now, not on first use: a module load on a tenant's launch path could wait for other
   // tenants' work that waits for that tenant's next call.
   makeCurrent();
@@ -118,6 +125,7 @@ int Gpu::multiprocessors() const { return description_.attributes[CU_DEVICE_ATTR
 Gpu::~Gpu() {
   makeCurrent();
   modulePool_.reset();
+  memoryPool_.reset();
   ptbHelpers_.reset();
   completions_.reset();
   staging_.reset();
@@ -132,6 +140,30 @@ void makeContextCurrent(CUcontext context) {
 }
 
 void Gpu::makeCurrent() const { makeContextCurrent(context_); }
+
+void Gpu::tenantArrived() {
+  std::lock_guard lock(tenantsMutex_);
+  ++tenants_;
+}
+
+void Gpu::tenantLeft() {
+  {
+    std::lock_guard lock(tenantsMutex_);
+    if (tenants_ > 0) --tenants_;
+    if (tenants_ > 0) return;
+  }
+  size_t unloaded = modulePool_->unloadIdle();
+  size_t trimmed = 0;
+  if (memoryPool_) {
+    makeCurrent();
+    trimmed = memoryPool_->idleBytes();
+    memoryPool_->trim();
+  }
+  if (unloaded > 0 || trimmed > 0) {
+    spdlog::info("GPU {}: no tenant left; unloaded {} idle module instances, returned {} MiB of pooled memory",
+                 description_.ordinal, unloaded, trimmed >> 20);
+  }
+}
 
 CUresult Gpu::raiseLimit(CUlimit limit, size_t value) {
   std::lock_guard lock(limitMutex_);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "server/gpu/completion_queue.h"
+#include "server/gpu/memory_pool.h"
 #include "server/gpu/module_pool.h"
 #include "server/gpu/staging_pool.h"
 #include "server/gpu/variant_launch.h"
@@ -55,6 +56,12 @@ class Gpu {
   CompletionQueue& completions() { return *completions_; }
   StagingPool& staging() { return *staging_; }
   ModulePool& modulePool() { return *modulePool_; }
+  // Device memory for tenants; nullptr when the driver has no pools (then cuMemAlloc).
+  MemoryPool* memoryPool() { return memoryPool_.get(); }
+  // Tenants using this GPU. When the last leaves, idle module instances are unloaded and the
+  // memory pool trimmed: no kernel runs then, so neither waits for anyone.
+  void tenantArrived();
+  void tenantLeft();
 
   // Context-wide limits: only raised, never lowered, so no tenant can shrink another's.
   CUresult raiseLimit(CUlimit limit, size_t value);
@@ -72,6 +79,9 @@ class Gpu {
   std::unique_ptr<StagingPool> staging_;
   std::unique_ptr<PtbHelpers> ptbHelpers_;
   std::unique_ptr<ModulePool> modulePool_;
+  std::unique_ptr<MemoryPool> memoryPool_;
+  std::mutex tenantsMutex_;
+  size_t tenants_ = 0;
   std::mutex limitMutex_;
   std::map<int, size_t> initialLimits_;
 };

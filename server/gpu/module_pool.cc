@@ -28,20 +28,6 @@ void ModulePool::give(const std::string& key, CUmodule module) {
   unloadAll(evicted);
 }
 
-void ModulePool::tenantArrived() {
-  std::lock_guard lock(mutex_);
-  ++tenants_;
-}
-
-void ModulePool::tenantLeft() {
-  {
-    std::lock_guard lock(mutex_);
-    if (tenants_ > 0) --tenants_;
-    if (tenants_ > 0) return;
-  }
-  unloadIdle();
-}
-
 size_t ModulePool::idleCount() const {
   std::lock_guard lock(mutex_);
   return idle_.size();

@@ -6,7 +6,7 @@
 // for as long as their kernels run. An idle instance is handed out again instead, so tenants
 // that come and go with images already seen make neither call. Only images without module-scope
 // data are pooled (fatbin::declaresModuleData): a variable's value would pass from one tenant
-// to the next. When a GPU's last tenant leaves, its idle instances are unloaded: no kernel runs
+// to the next. When a GPU's last tenant leaves, Gpu unloads its idle instances: no kernel runs
 // then, so the unload costs nobody anything, and tallyd's memory is back to its idle figure.
 #pragma once
 
@@ -35,9 +35,6 @@ class ModulePool {
   CUmodule take(const std::string& key);
   // Keeps `module` for the next take(key); beyond maxIdle idle instances the oldest is unloaded.
   void give(const std::string& key, CUmodule module);
-  // Tenants using this GPU. When the count drops to zero, every idle instance is unloaded.
-  void tenantArrived();
-  void tenantLeft();
   size_t idleCount() const;
   // Unloads every idle instance; returns how many.
   size_t unloadIdle();
@@ -52,7 +49,6 @@ class ModulePool {
   const size_t maxIdle_;
   const Unload unload_;
   mutable std::mutex mutex_;
-  size_t tenants_ = 0;
   uint64_t clock_ = 0;
   std::multimap<std::string, Idle> idle_;
 };

@@ -29,7 +29,7 @@ Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vecto
       limits_(limits),
       stagingBudget_(std::make_shared<gpu::StagingBudget>(limits.stagingBytes, kStagingHardFactor * limits.stagingBytes,
                                                           kStagingWait)) {
-  for (gpu::Gpu* g : gpus_) g->modulePool().tenantArrived();
+  for (gpu::Gpu* g : gpus_) g->tenantArrived();
 }
 
 // --- quotas ----------------------------------------------------------------------------
@@ -158,6 +158,16 @@ CUstream Tenant::syncStream(gpu::Gpu* g) {
   return s;
 }
 
+CUstream Tenant::allocStream(gpu::Gpu* g) {
+  auto it = allocStreams_.find(g);
+  if (it != allocStreams_.end()) return it->second;
+  CUstream s = nullptr;
+  g->makeCurrent();
+  cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, g->description().streamPriorityGreatest);
+  allocStreams_.emplace(g, s);
+  return s;
+}
+
 CUstream Tenant::joinedSyncStream(gpu::Gpu* g) {
   g->makeCurrent();
   CUstream waiter = syncStream(g);
@@ -221,7 +231,11 @@ CUresult Tenant::allocate(uint32_t device, size_t size, CUdeviceptr& out) {
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (!memoryQuotaAllows(size)) return CUDA_ERROR_OUT_OF_MEMORY;
   g->makeCurrent();
-  if (CUresult r = cuMemAlloc(&out, size); r != CUDA_SUCCESS) return r;
+  // Beyond the device's memory the answer is known, and the pool need not be trimmed to find it.
+  if (size > g->description().totalMem) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = g->memoryPool() != nullptr && size > 0 ? g->memoryPool()->allocate(size, allocStream(g), out)
+                                                       : cuMemAlloc(&out, size);
+  if (r != CUDA_SUCCESS) return r;
   ranges_.emplace(out, Range{size, g, true});
   allocatedBytes_ += size;
   publishUsage();
@@ -453,6 +467,10 @@ void Tenant::release() {
     cuStreamSynchronize(s);
     cuStreamDestroy(s);
   }
+  for (auto& [g, s] : allocStreams_) {
+    g->makeCurrent();
+    cuStreamDestroy(s);
+  }
   for (auto& [id, s] : streams_) {
     s->gpu->makeCurrent();
     cuStreamDestroy(s->stream);
@@ -465,7 +483,7 @@ void Tenant::release() {
     cuEventDestroy(e.event);
   }
   for (auto& [id, m] : modules_) dropModule(m);
-  for (gpu::Gpu* g : gpus_) g->modulePool().tenantLeft();
+  for (gpu::Gpu* g : gpus_) g->tenantLeft();
   for (uint32_t* flag : retiredHostFlags_) cuMemFreeHost(flag);
   retiredHostFlags_.clear();
   for (auto& [addr, mapping] : hostMappings_) {
@@ -478,6 +496,7 @@ void Tenant::release() {
                counters_.slicedLaunches.load(), counters_.ptbLaunches.load(), counters_.preemptions.load());
   streams_.clear();
   syncStreams_.clear();
+  allocStreams_.clear();
   events_.clear();
   modules_.clear();
   functions_.clear();

@@ -17,7 +17,6 @@ struct PoolTest : testing::Test {
 };
 
 TEST_F(PoolTest, AnInstanceGoesOnlyToTheSameImage) {
-  pool.tenantArrived();
   pool.give("a", fakeModule(1));
   EXPECT_EQ(pool.take("b"), nullptr);
   EXPECT_EQ(pool.take("a"), fakeModule(1));
@@ -26,7 +25,6 @@ TEST_F(PoolTest, AnInstanceGoesOnlyToTheSameImage) {
 }
 
 TEST_F(PoolTest, BeyondTheLimitTheOldestIsUnloaded) {
-  pool.tenantArrived();
   pool.give("a", fakeModule(1));
   pool.give("b", fakeModule(2));
   pool.give("a", fakeModule(3));
@@ -36,24 +34,20 @@ TEST_F(PoolTest, BeyondTheLimitTheOldestIsUnloaded) {
   EXPECT_EQ(pool.take("b"), fakeModule(2));
 }
 
-TEST_F(PoolTest, TheLastTenantLeavingUnloadsEveryIdleInstance) {
-  pool.tenantArrived();
-  pool.tenantArrived();
+TEST_F(PoolTest, UnloadIdleUnloadsEveryIdleInstanceButNotTheTakenOnes) {
   pool.give("a", fakeModule(1));
-  pool.tenantLeft();
-  EXPECT_TRUE(unloaded.empty()) << "another tenant is still there";
   pool.give("b", fakeModule(2));
-  pool.tenantLeft();
-  std::sort(unloaded.begin(), unloaded.end());
-  EXPECT_EQ(unloaded, (std::vector<CUmodule>{fakeModule(1), fakeModule(2)}));
+  ASSERT_EQ(pool.take("a"), fakeModule(1));
+  EXPECT_EQ(pool.unloadIdle(), 1u);
+  EXPECT_EQ(unloaded, std::vector<CUmodule>{fakeModule(2)});
   EXPECT_EQ(pool.idleCount(), 0u);
+  EXPECT_EQ(pool.take("b"), nullptr);
 }
 
 TEST_F(PoolTest, DestructionUnloadsWhatIsLeft) {
   std::vector<CUmodule> gone;
   {
     ModulePool local(4, [&](CUmodule m) { gone.push_back(m); });
-    local.tenantArrived();
     local.give("a", fakeModule(7));
   }
   EXPECT_EQ(gone, std::vector<CUmodule>{fakeModule(7)});
