@@ -98,13 +98,6 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
     makeCurrent();
     cuModuleUnload(m);
   });
-  makeCurrent();
-  std::string poolError;
-  memoryPool_ = MemoryPool::create(device_, poolError);
-  if (!memoryPool_) {
-    spdlog::warn("GPU {}: no memory pool ({}); every tenant allocation maps fresh memory", description_.ordinal,
-                 poolError);
-  }
   // Loaded now, not on first use: a module load on a tenant's launch path could wait for other
   // tenants' work that waits for that tenant's next call.
   makeCurrent();
@@ -114,6 +107,11 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
     ptbHelpers_ = std::move(helpers);
   } else {
     spdlog::error("GPU {}: {}; PTB kernels will not be preempted", description_.ordinal, error);
+  }
+  error.clear();
+  memoryPool_ = MemoryPool::create(device_, error);
+  if (!memoryPool_) {
+    spdlog::warn("GPU {}: no memory pool ({}); every tenant allocation maps fresh memory", description_.ordinal, error);
   }
   spdlog::info("GPU {}: {} (sm_{}{}), {} MiB, {} SMs", description_.ordinal, description_.name,
                description_.major, description_.minor, description_.totalMem >> 20,

@@ -148,25 +148,19 @@ std::vector<StreamState*> Tenant::streamsOf(gpu::Gpu* g) {
   return out;
 }
 
-CUstream Tenant::syncStream(gpu::Gpu* g) {
-  auto it = syncStreams_.find(g);
-  if (it != syncStreams_.end()) return it->second;
+CUstream Tenant::privateStream(PrivateStreams& streams, gpu::Gpu* g) {
+  auto it = streams.find(g);
+  if (it != streams.end()) return it->second;
   CUstream s = nullptr;
   g->makeCurrent();
   cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, g->description().streamPriorityGreatest);
-  syncStreams_.emplace(g, s);
+  streams.emplace(g, s);
   return s;
 }
 
-CUstream Tenant::allocStream(gpu::Gpu* g) {
-  auto it = allocStreams_.find(g);
-  if (it != allocStreams_.end()) return it->second;
-  CUstream s = nullptr;
-  g->makeCurrent();
-  cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, g->description().streamPriorityGreatest);
-  allocStreams_.emplace(g, s);
-  return s;
-}
+CUstream Tenant::syncStream(gpu::Gpu* g) { return privateStream(syncStreams_, g); }
+
+CUstream Tenant::allocStream(gpu::Gpu* g) { return privateStream(allocStreams_, g); }
 
 CUstream Tenant::joinedSyncStream(gpu::Gpu* g) {
   g->makeCurrent();
@@ -462,14 +456,12 @@ void Tenant::release() {
   }
   for (auto [g, control] : retiredPtbControls_) freeAfterTenantWork(g, control);
   retiredPtbControls_.clear();
-  for (auto& [g, s] : syncStreams_) {
-    g->makeCurrent();
-    cuStreamSynchronize(s);
-    cuStreamDestroy(s);
-  }
-  for (auto& [g, s] : allocStreams_) {
-    g->makeCurrent();
-    cuStreamDestroy(s);
+  for (PrivateStreams* streams : {&syncStreams_, &allocStreams_}) {
+    for (auto& [g, s] : *streams) {
+      g->makeCurrent();
+      cuStreamSynchronize(s);  // the frees just queued
+      cuStreamDestroy(s);
+    }
   }
   for (auto& [id, s] : streams_) {
     s->gpu->makeCurrent();
@@ -483,13 +475,14 @@ void Tenant::release() {
     cuEventDestroy(e.event);
   }
   for (auto& [id, m] : modules_) dropModule(m);
-  for (gpu::Gpu* g : gpus_) g->tenantLeft();
   for (uint32_t* flag : retiredHostFlags_) cuMemFreeHost(flag);
   retiredHostFlags_.clear();
   for (auto& [addr, mapping] : hostMappings_) {
     cuMemHostUnregister(mapping.local);
     ::munmap(mapping.local, mapping.size);
   }
+  // Last: when no tenant is left, the GPU gives back what its pools keep.
+  for (gpu::Gpu* g : gpus_) g->tenantLeft();
   spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} bytes of device memory; "
                "{} launches ({} sliced, {} PTB, {} retreats)",
                id_, name_, streams_.size(), events_.size(), modules_.size(), freedBytes, counters_.launches.load(),

@@ -269,6 +269,7 @@ class Tenant {
   void joinStreams(StreamState& waiter, StreamState& waited);
   void freeAfterTenantWork(gpu::Gpu* g, CUdeviceptr ptr);
   CUstream allocStream(gpu::Gpu* g);
+  CUstream privateStream(std::unordered_map<gpu::Gpu*, CUstream>& streams, gpu::Gpu* g);
   CUresult loadInstance(gpu::Gpu& g, uint64_t id, const std::string& identity, const std::string& image,
                         bool variants);
   // Back to the GPU's module pool, or unloaded when the image declares module-scope data.
@@ -283,8 +284,9 @@ class Tenant {
   bool streamLimitLogged_ = false;
   std::unordered_map<uint64_t, std::unique_ptr<StreamState>> streams_;
   std::unordered_map<uint64_t, uint64_t> defaultEpoch_;  // per device: work count on legacy default
-  std::unordered_map<gpu::Gpu*, CUstream> syncStreams_;
-  std::unordered_map<gpu::Gpu*, CUstream> allocStreams_;  // carry allocations only: never busy
+  using PrivateStreams = std::unordered_map<gpu::Gpu*, CUstream>;
+  PrivateStreams syncStreams_;
+  PrivateStreams allocStreams_;  // carry allocations only: never busy
   std::unordered_map<uint64_t, EventState> events_;
   std::map<CUdeviceptr, Range> ranges_;
   size_t allocatedBytes_ = 0;
