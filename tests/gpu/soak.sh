@@ -89,7 +89,7 @@ tenant_loop() {  # tenant_loop INDEX DEADLINE KILL_PERCENT: runs programs until 
 }
 # Then all tenants at once for a while, nobody killed: the driver sizes some context memory for
 # the most streams and kernels it has seen at once and keeps it. A leak keeps growing after
-# this (gpu_mib_series samples it every 30 s).
+# this (gpu_mib.series in the summary samples it every 30 s).
 WARM_DEADLINE=$(( $(date +%s) + 20 ))
 for i in $(seq 1 "$TENANTS"); do tenant_loop "$i" "$WARM_DEADLINE" 0 >"$WORK/warmup-$i.log" & done
 wait $(jobs -p | grep -v "^$TALLYD$") 2>/dev/null
