@@ -27,6 +27,15 @@ struct ServerStatus {
   gpus @2 :List(GpuSummary);
   draining @3 :Bool;
   tenantCount @4 :UInt32;
+  faults @5 :UInt64;              # faults of a shared context since tallyd first started (it starts over after each)
+  lastFault @6 :Text;             # tallyd's account of the latest one; empty: none
+  faultsByTenant @7 :List(TenantFaults);
+}
+
+struct TenantFaults {
+  name @0 :Text;
+  faults @1 :UInt64;              # faults blamed on it (it was the only tenant named)
+  refusedForSeconds @2 :UInt64;   # > 0: refused that much longer (fault_quarantine_s)
 }
 
 struct TenantInfo {

@@ -119,11 +119,21 @@ struct ClientMessage {
   }
 }
 
+struct ContextLost {
+  # A kernel faulted (or ran past kernel_timeout_s) and the GPU's shared context is lost for every
+  # tenant; tallyd starts over and closes this connection. Every later call of this client returns
+  # `status`: the native error for the faulting tenant, CUDA_ERROR_CONTEXT_IS_DESTROYED for the others.
+  status @0 :Int32;
+  faultingTenants @1 :List(Text);   # names; empty when tallyd could not tell
+  reason @2 :Text;                  # tallyd's one-line account, for the client's log
+}
+
 struct ServerMessage {
   union {
     welcome @0 :Welcome;
     reply @1 :Reply;
     hostData @2 :HostData;
     hostFuncReady @3 :Stream.HostFuncReady;
+    contextLost @4 :ContextLost;
   }
 }

@@ -2,6 +2,7 @@
 // with tallyd through a memfd on Unix sockets (so copies to and from it are DMA at native
 // speed and happen in stream order), and travels as bulk bytes otherwise.
 #include "client/api/api_util.h"
+#include "client/runtime/argument_checks.h"
 #include "client/runtime/staging_ring.h"
 
 #include <sys/mman.h>
@@ -100,16 +101,6 @@ CUresult freeHost(void* p) {
 }
 
 // --- copies ------------------------------------------------------------------------------
-
-struct Copy2D {
-  uint64_t dst;
-  size_t dstPitch;
-  uint64_t src;
-  size_t srcPitch;
-  size_t width;
-  size_t height;
-  size_t extent(size_t pitch) const { return height == 0 ? 0 : pitch * (height - 1) + width; }
-};
 
 // Where a host range lives: inside one host region (pinned), shared with tallyd or not.
 std::optional<HostRegion> hostRegionOf(uint64_t address, size_t size) {
@@ -214,7 +205,8 @@ CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
   }, wait);
   // The receiver writes HostData before it routes the reply that follows it, so once a
   // waited-for call returns, every byte is in place.
-  if (wait) connection.forgetHostData(token);
+  // A destination the application unmapped meanwhile: its bytes were dropped, not written.
+  if (wait && !connection.forgetHostData(token) && r == CUDA_SUCCESS) r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS && !packed) {
     for (size_t row = 0; row < c.height; ++row) {
       std::memcpy(reinterpret_cast<char*>(c.dst) + row * c.dstPitch, temp.data() + row * c.width, c.width);
@@ -231,11 +223,29 @@ CUresult copyDeviceToDevice(const Copy2D& c, uint64_t stream, bool sync) {
 
 bool isDevicePointer(uint64_t p) { return rt().findDeviceRegion(p).has_value(); }
 
+// Host memory the client allocated (cudaMallocHost) is known to be mapped; any other host
+// range is probed, so that a bad pointer gets an error code here rather than a fault in the
+// socket layer or a signal in a memcpy.
+CUresult checkHostSide(uint64_t address, size_t pitch, const Copy2D& c, HostAccess access) {
+  if (hostRegionOf(address, c.extent(pitch))) return CUDA_SUCCESS;
+  return checkHostRows(address, c.width, pitch, c.height, access);
+}
+
+CUresult checkHostSides(const Copy2D& c, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost) {
+    if (CUresult r = checkHostSide(c.src, c.srcPitch, c, HostAccess::kRead); r != CUDA_SUCCESS) return r;
+  }
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost) {
+    if (CUresult r = checkHostSide(c.dst, c.dstPitch, c, HostAccess::kWrite); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return static_cast<CUresult>(cudaErrorInvalidMemcpyDirection);
   if (c.width == 0 || c.height == 0) return CUDA_SUCCESS;
-  if ((c.height > 1 && (c.dstPitch < c.width || c.srcPitch < c.width))) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkCopyShape(c); r != CUDA_SUCCESS) return r;
   if (kind == cudaMemcpyDefault) {
     bool dstDevice = isDevicePointer(c.dst);
     bool srcDevice = isDevicePointer(c.src);
@@ -244,6 +254,7 @@ CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) 
   }
   uint64_t streamId = rt().streamId(stream);
   if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = checkHostSides(c, kind); r != CUDA_SUCCESS) return r;
   switch (kind) {
     case cudaMemcpyHostToDevice: return copyToDevice(c, streamId, sync);
     case cudaMemcpyDeviceToHost: return copyToHost(c, streamId, sync);
@@ -275,6 +286,7 @@ CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t wi
                 CUstream stream) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (CUresult r = checkMemsetShape({dst, elementSize, width, height, pitch}); r != CUDA_SUCCESS) return r;
   uint64_t streamId = rt().streamId(stream);
   if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
   return rt().post([&](wire::Call::Builder c) {
@@ -573,6 +585,28 @@ TALLY_API CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_
 }
 TALLY_API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, CUstream stream) {
   return guardDriver(__func__, [&] { return memset(dst, value, 4, n, 1, 4 * n, stream); });
+}
+
+TALLY_API CUresult cuMemsetD2D8(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 1, width, height, pitch, nullptr); });
+}
+TALLY_API CUresult cuMemsetD2D16(CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 2, width, height, pitch, nullptr); });
+}
+TALLY_API CUresult cuMemsetD2D32(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 4, width, height, pitch, nullptr); });
+}
+TALLY_API CUresult cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height,
+                                     CUstream stream) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 1, width, height, pitch, stream); });
+}
+TALLY_API CUresult cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height,
+                                      CUstream stream) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 2, width, height, pitch, stream); });
+}
+TALLY_API CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height,
+                                      CUstream stream) {
+  return guardDriver(__func__, [&] { return memset(dst, value, 4, width, height, pitch, stream); });
 }
 
 TALLY_API CUresult cuMemHostGetDevicePointer(CUdeviceptr* device, void* host, unsigned int flags) {

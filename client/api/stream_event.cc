@@ -21,8 +21,8 @@ CUresult createStream(CUstream* out, unsigned flags, int priority) {
 CUresult destroyStream(CUstream stream) {
   StreamHandle* s = checkedHandle<StreamHandle>(stream, HandleMagic::kStream);
   if (s == nullptr || reinterpret_cast<uintptr_t>(stream) <= 2) return CUDA_ERROR_INVALID_HANDLE;
+  handleRegistry().remove(s);
   CUresult r = rt().post([&](wire::Call::Builder c) { c.initStreamDestroy().setStream(s->id); });
-  s->magic = HandleMagic{0};
   delete s;
   return r;
 }
@@ -75,6 +75,7 @@ CUresult createEvent(CUevent* out, unsigned flags) {
     delete e;
     return r;
   }
+  registerHandle(e);
   *out = reinterpret_cast<CUevent>(e);
   return CUDA_SUCCESS;
 }
@@ -107,9 +108,8 @@ CUresult recordEvent(CUevent event, CUstream stream) {
 CUresult destroyEvent(CUevent event) {
   CUresult r = eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventDestroy().setEvent(e); }, EventCallKind::kOneWay);
   if (r == CUDA_SUCCESS) {
-    auto* e = reinterpret_cast<EventHandle*>(event);
-    e->magic = HandleMagic{0};
-    delete e;
+    handleRegistry().remove(event);
+    delete reinterpret_cast<EventHandle*>(event);
   }
   return r;
 }
@@ -154,14 +154,14 @@ CUresult addHostCallback(CUstream stream, std::function<void()> callback) {
       return r;
     }
   }
-  auto* owned = new std::function<void()>(std::move(callback));
+  uint64_t callbackId = rt().messageCallbacks().issue(std::move(callback));
   CUresult r = rt().post([&](wire::Call::Builder c) {
     auto f = c.initHostFunc();
     f.setStream(id);
-    f.setCallback(reinterpret_cast<uint64_t>(owned));
+    f.setCallback(callbackId);
   });
   if (r != CUDA_SUCCESS) {
-    delete owned;
+    rt().messageCallbacks().take(callbackId);
   } else {
     rt().hostCallbackEnqueued();
   }

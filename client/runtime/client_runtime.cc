@@ -1,6 +1,7 @@
 #include "client/runtime/client_runtime.h"
 
 #include "client/runtime/host_callback_words.h"
+#include "client/runtime/shared_memfd.h"
 #include "client/runtime/staging_ring.h"
 
 #include "common/fatbin/fatbin.h"
@@ -126,7 +127,7 @@ void ClientRuntime::connect() {
 CUresult ClientRuntime::ready() {
   std::call_once(connectOnce_, [this] { connect(); });
   if (connectStatus_ != CUDA_SUCCESS) return connectStatus_;
-  return connection_->broken() ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+  return connection_->broken() ? connection_->lostStatus() : CUDA_SUCCESS;
 }
 
 namespace {
@@ -202,11 +203,13 @@ HostCallbackWords* ClientRuntime::hostCallbackWords() {
 }
 
 CUresult ClientRuntime::mapSharedHostMemory(size_t size, void*& out, uint64_t& serverAddress) {
-  int fd = ::memfd_create("tally-host", MFD_CLOEXEC);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* p = ::ftruncate(fd, static_cast<off_t>(size)) == 0
-                ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)
-                : MAP_FAILED;
+  std::string error;
+  int fd = createSealedMemfd(size, error);
+  if (fd < 0) {
+    spdlog::error("tally: cannot create {} bytes of memory shared with tallyd: {}", size, error);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) {
     ::close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -228,11 +231,15 @@ CUresult ClientRuntime::mapSharedHostMemory(size_t size, void*& out, uint64_t& s
 }
 
 void ClientRuntime::runHostFunc(const HostFuncNotice& notice) {
-  callbackThread().push([this, notice] {
-    // The callback pointer came from this process: tallyd only echoes it back.
-    auto* callback = reinterpret_cast<std::function<void()>*>(notice.callback);
-    (*callback)();
-    delete callback;
+  // The notice names an id this process issued; it is looked up, never called as an address.
+  std::optional<std::function<void()>> callback = messageCallbacks_.take(notice.callback);
+  if (!callback) {
+    spdlog::error("tally: tallyd at {} named host callback {} on stream {}, which this process did not issue "
+                  "(or which already ran); ignored", connection_->endpointText(), notice.callback, notice.stream);
+    return;
+  }
+  callbackThread().push([this, notice, run = std::move(*callback)] {
+    run();
     hostCallbacksRun_.fetch_add(1);
     post([&](wire::Call::Builder c) {
       auto done = c.initHostFuncDone();
@@ -284,6 +291,7 @@ StreamHandle* ClientRuntime::createStream(uint32_t device, unsigned flags, int p
     delete s;
     return nullptr;
   }
+  registerHandle(s);
   return s;
 }
 
@@ -429,6 +437,7 @@ CUresult ClientRuntime::sendModule(const SelectedImage& selected, uint32_t devic
     delete module;
     return r;
   }
+  registerHandle(module);
   out = module;
   return CUDA_SUCCESS;
 }
@@ -547,6 +556,7 @@ CUresult ClientRuntime::functionOf(ModuleHandle* module, const char* name, Funct
   }
   for (int a : info.getAttributes()) f->attributes.push_back(a);
   module->functions.push_back(f);
+  registerHandle(f);
   out = f;
   return CUDA_SUCCESS;
 }
@@ -599,8 +609,11 @@ CUresult ClientRuntime::queryOccupancy(const FunctionHandle& f, const OccupancyQ
 
 CUresult ClientRuntime::unloadModule(ModuleHandle* module) {
   CUresult r = call([&](wire::Call::Builder c) { c.initModuleUnload().setModule(module->id); });
-  // Function handles stay allocated: the application may still hold (stale) copies.
-  module->magic = HandleMagic{0};
+  // The handles stay allocated (the application may still hold stale copies) but are no longer
+  // valid: a later use gets CUDA_ERROR_INVALID_HANDLE, as natively.
+  std::lock_guard lock(module->mutex);
+  for (FunctionHandle* f : module->functions) handleRegistry().remove(f);
+  handleRegistry().remove(module);
   return r;
 }
 

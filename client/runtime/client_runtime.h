@@ -3,6 +3,7 @@
 // connection, what tallyd said about its devices, handle tables, per-thread CUDA state.
 #pragma once
 
+#include "client/runtime/callback_table.h"
 #include "client/runtime/handles.h"
 #include "client/transport/connection.h"
 
@@ -78,6 +79,8 @@ class ClientRuntime {
   // every callback enqueued before the call has run.
   void hostCallbackEnqueued() { hostCallbacksEnqueued_.fetch_add(1); }
   void waitForHostCallbacks();
+  // Callbacks that travel as HostFuncReady messages: the wire carries their id only.
+  CallbackTable& messageCallbacks() { return messageCallbacks_; }
 
   // Round trips whose replies are awaited later (pipelined copies); `pending.id` is set here.
   CUresult startCall(Connection::PendingCall& pending, const CallBuilder& build);
@@ -159,6 +162,7 @@ class ClientRuntime {
   std::atomic<int> pendingAsyncError_{CUDA_SUCCESS};
   std::atomic<uint64_t> hostCallbacksEnqueued_{0};
   std::atomic<uint64_t> hostCallbacksRun_{0};
+  CallbackTable messageCallbacks_;
 
   std::mutex tablesMutex_;
   std::map<CUdeviceptr, DeviceRegion> deviceRegions_;

@@ -1,5 +1,6 @@
 // Client-side objects behind the opaque handles the application holds. Every handle we give
-// out points at one of these; `magic` lets entry points reject pointers that are not ours.
+// out points at one of these and is listed in the HandleRegistry until it is destroyed, so
+// entry points reject pointers that are not ours (or no longer are) without touching them.
 #pragma once
 
 #include <cuda.h>
@@ -8,7 +9,9 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tally::client {
@@ -82,10 +85,43 @@ struct VariableRecord {
   std::array<CUdeviceptr, kMaxDevices> addresses{};
 };
 
+// The handles this process gave out and has not destroyed. An entry point looks a handle up
+// here before dereferencing it: a made-up, stale or wrongly typed pointer from the application
+// gets CUDA_ERROR_INVALID_HANDLE instead of a crash or a read of freed memory.
+class HandleRegistry {
+ public:
+  void add(const void* handle, HandleMagic kind) {
+    std::unique_lock lock(mutex_);
+    live_[handle] = kind;
+  }
+  void remove(const void* handle) {
+    std::unique_lock lock(mutex_);
+    live_.erase(handle);
+  }
+  bool contains(const void* handle, HandleMagic kind) const {
+    std::shared_lock lock(mutex_);
+    auto it = live_.find(handle);
+    return it != live_.end() && it->second == kind;
+  }
+
+ private:
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<const void*, HandleMagic> live_;
+};
+
+inline HandleRegistry& handleRegistry() {
+  static auto* registry = new HandleRegistry();  // never destroyed: app threads may call CUDA during exit
+  return *registry;
+}
+
+template <typename T>
+void registerHandle(T* handle) {
+  handleRegistry().add(handle, handle->magic);
+}
+
 template <typename T>
 T* checkedHandle(const void* p, HandleMagic magic) {
-  auto* h = static_cast<T*>(const_cast<void*>(p));
-  return h != nullptr && h->magic == magic ? h : nullptr;
+  return handleRegistry().contains(p, magic) ? static_cast<T*>(const_cast<void*>(p)) : nullptr;
 }
 
 }  // namespace tally::client

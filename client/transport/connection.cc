@@ -1,5 +1,7 @@
 #include "client/transport/connection.h"
 
+
+#include "client/transport/host_memory.h"
 #include "common/tls/tls_pipe.h"
 
 #include <capnp/serialize.h>
@@ -8,8 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace tally::client {
@@ -154,7 +159,7 @@ CUresult Connection::writeLocked(std::span<const iovec> parts) {
   lastWrite_ = std::chrono::steady_clock::now();
   if (!status.ok) {
     fail(status.error);
-    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    return lostStatus();
   }
   return CUDA_SUCCESS;
 }
@@ -168,21 +173,103 @@ CUresult Connection::flushLocked() {
 }
 
 CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec> bulk, int fd) {
-  if (broken_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  if (broken_) return lostStatus();
   auto words = capnp::messageToFlatArray(message);
   std::lock_guard lock(sendMutex_);
   if (CUresult r = flushLocked(); r != CUDA_SUCCESS) return r;  // keep call order
+  if (fd < 0) return writeFrameLocked(words, bulk);
+  // A descriptor rides only with our own messages (no application bytes that could fault).
   frame::IoStatus status = frame::writeFrame(fd_, words, bulk, fd);
   lastWrite_ = std::chrono::steady_clock::now();
   if (!status.ok) {
     fail(status.error);
-    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    return lostStatus();
   }
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+struct SendProgress {
+  size_t bytes = 0;
+  int error = 0;  // errno of the send that stopped it; 0 when everything went out
+};
+
+// Drops the first `sent` bytes from parts[index...].
+void advance(std::vector<iovec>& parts, size_t& index, size_t sent) {
+  while (index < parts.size() && sent >= parts[index].iov_len) {
+    sent -= parts[index].iov_len;
+    ++index;
+  }
+  if (sent > 0) {
+    parts[index].iov_base = static_cast<char*>(parts[index].iov_base) + sent;
+    parts[index].iov_len -= sent;
+  }
+}
+
+// frame::writeAll, but saying how far it got and why it stopped: a fault in the application's
+// bytes must be told apart from a peer that is gone.
+SendProgress sendCounting(int fd, std::vector<iovec> parts) {
+  SendProgress progress;
+  size_t index = 0;
+  while (index < parts.size()) {
+    msghdr msg{};
+    msg.msg_iov = parts.data() + index;
+    msg.msg_iovlen = std::min<size_t>(parts.size() - index, IOV_MAX);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      progress.error = errno;
+      return progress;
+    }
+    progress.bytes += static_cast<size_t>(n);
+    advance(parts, index, static_cast<size_t>(n));
+  }
+  return progress;
+}
+
+// `bytes` zeros, written from one zeroed block.
+frame::IoStatus writeZeros(int fd, size_t bytes) {
+  static const std::vector<char> zeros(64u << 10, 0);
+  std::vector<iovec> parts;
+  for (size_t left = bytes; left > 0; left -= std::min(left, zeros.size())) {
+    parts.push_back({const_cast<char*>(zeros.data()), std::min(left, zeros.size())});
+  }
+  return frame::writeAll(fd, parts);
+}
+
+}  // namespace
+
+// The bulk bytes are the application's and may turn out unreadable mid-send (EFAULT: it
+// unmapped or protected them after the checks). The header already promised them, so the rest
+// of the frame is written as zeros: tallyd gets a well-formed frame, the stream stays framed,
+// and the call fails with CUDA_ERROR_INVALID_VALUE instead of losing the connection.
+CUresult Connection::writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std::span<const iovec> bulk) {
+  size_t bulkBytes = 0;
+  for (const iovec& part : bulk) bulkBytes += part.iov_len;
+  frame::FrameHeader header = frame::makeHeader(words.size() * sizeof(capnp::word), bulkBytes);
+  std::vector<iovec> parts{{&header, sizeof(header)},
+                           {const_cast<capnp::word*>(words.begin()), words.size() * sizeof(capnp::word)}};
+  const size_t headBytes = parts[0].iov_len + parts[1].iov_len;
+  parts.insert(parts.end(), bulk.begin(), bulk.end());
+  SendProgress sent = sendCounting(fd_, std::move(parts));
+  lastWrite_ = std::chrono::steady_clock::now();
+  if (sent.error == 0) return CUDA_SUCCESS;
+  if (sent.error == EFAULT) {  // only the bulk can fault: the header and message are ours
+    spdlog::error("tally: the bulk bytes of a call ({} bytes) could not be read from host memory (the application "
+                  "unmapped or protected it); the call fails with CUDA_ERROR_INVALID_VALUE", bulkBytes);
+    if (sent.bytes == 0) return CUDA_ERROR_INVALID_VALUE;  // nothing of the frame went out
+    frame::IoStatus padded = writeZeros(fd_, headBytes + bulkBytes - sent.bytes);
+    if (padded.ok) return CUDA_ERROR_INVALID_VALUE;
+    fail(padded.error);
+    return lostStatus();
+  }
+  fail(std::string("send failed: ") + std::strerror(sent.error));
+  return lostStatus();
+}
+
 CUresult Connection::post(capnp::MessageBuilder& message) {
-  if (broken_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  if (broken_) return lostStatus();
   auto words = capnp::messageToFlatArray(message);
   std::unique_lock lock(sendMutex_);
   bool idle = batch_.empty() && std::chrono::steady_clock::now() - lastWrite_ > kBatchWindow;
@@ -231,7 +318,7 @@ CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
     std::lock_guard lock(pendingMutex_);
     pending_.erase(pending.id);
   }
-  if (pending.state.load() != 1) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  if (pending.state.load() != 1) return lostStatus();
   reply = ReplyMessage(std::move(pending.words));
   return CUDA_SUCCESS;
 }
@@ -251,13 +338,34 @@ uint64_t Connection::expectHostData(void* dst, size_t size) {
   return token;
 }
 
-void Connection::forgetHostData(uint64_t token) {
+bool Connection::forgetHostData(uint64_t token) {
   std::lock_guard lock(hostDataMutex_);
-  hostData_.erase(token);
+  auto it = hostData_.find(token);
+  if (it == hostData_.end()) return true;
+  bool faulted = it->second.faulted;
+  hostData_.erase(it);
+  return !faulted;
 }
 
 void Connection::setHostFuncHandler(std::function<void(const HostFuncNotice&)> handler) {
   hostFuncHandler_ = std::move(handler);
+}
+
+// Bulk bytes for the application's buffer go through our own buffer and a copy that reports
+// a fault instead of raising SIGSEGV (host_memory::copyOut): if the application unmapped or
+// protected the destination, the bytes are dropped, the copy fails, and the stream stays in
+// step. Costs one extra copy of device-to-host bulk bytes (large pageable copies over a Unix
+// socket go through the staging ring instead).
+frame::IoStatus Connection::readIntoHost(char* dst, size_t size, bool& faulted) {
+  constexpr size_t kBounceBytes = 1u << 20;
+  if (bounce_.size() < std::min(size, kBounceBytes)) bounce_.resize(std::min(size, kBounceBytes));
+  for (size_t done = 0; done < size;) {
+    size_t chunk = std::min(size - done, bounce_.size());
+    if (frame::IoStatus status = reader_.read(bounce_.data(), chunk); !status.ok) return status;
+    if (!faulted && !host_memory::copyOut(dst + done, bounce_.data(), chunk)) faulted = true;
+    done += chunk;
+  }
+  return {};
 }
 
 bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) {
@@ -270,20 +378,23 @@ bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) 
       dst = it->second.dst + data.getOffset();
     }
   }
-  frame::IoStatus status = dst != nullptr ? reader_.read(dst, bulkBytes) : reader_.skip(bulkBytes);
-  if (!status.ok) return false;
   if (dst == nullptr) {
     spdlog::error("tally: tallyd sent {} bytes for an unknown host buffer (token {})", bulkBytes, data.getToken());
-    return true;
+    return reader_.skip(bulkBytes).ok;
   }
-  {
-    std::lock_guard lock(hostDataMutex_);
-    auto it = hostData_.find(data.getToken());
-    if (it != hostData_.end()) {
-      it->second.received += bulkBytes;
-      if (it->second.received >= it->second.size) hostData_.erase(it);  // async copies have no waiter
-    }
+  bool faulted = false;
+  if (!readIntoHost(dst, bulkBytes, faulted).ok) return false;
+  if (faulted) {
+    spdlog::error("tally: host memory at {} could not be written ({} bytes of a device-to-host copy): the "
+                  "application unmapped or protected it", static_cast<void*>(dst), bulkBytes);
   }
+  std::lock_guard lock(hostDataMutex_);
+  auto it = hostData_.find(data.getToken());
+  if (it == hostData_.end()) return true;
+  it->second.received += bulkBytes;
+  it->second.faulted = it->second.faulted || faulted;
+  // Async copies have no waiter to forget them; a faulted one is kept for forgetHostData.
+  if (it->second.received >= it->second.size && !it->second.faulted) hostData_.erase(it);
   return true;
 }
 
@@ -315,6 +426,9 @@ void Connection::receive() {
       case wire::ServerMessage::HOST_DATA:
         if (!routeHostData(root.getHostData(), frame.bulkBytes())) return fail("connection lost during a copy");
         continue;
+      case wire::ServerMessage::CONTEXT_LOST:
+        contextLost(root.getContextLost());
+        break;
       case wire::ServerMessage::HOST_FUNC_READY: {
         auto ready = root.getHostFuncReady();
         if (hostFuncHandler_) hostFuncHandler_({ready.getStream(), ready.getSequence(), ready.getCallback()});
@@ -328,10 +442,23 @@ void Connection::receive() {
   }
 }
 
+void Connection::contextLost(wire::ContextLost::Reader lost) {
+  std::string names;
+  for (auto name : lost.getFaultingTenants()) names += std::string(names.empty() ? "" : ", ") + name.cStr();
+  if (names.empty()) names = "an unknown tenant";
+  lostStatus_.store(lost.getStatus());
+  spdlog::error("tally: tenant {}'s kernel faulted; the GPU's shared context was reset ({}). This application's "
+                "GPU state is gone: every CUDA call now fails with CUDA error {}", names, lost.getReason().cStr(),
+                lost.getStatus());
+}
+
 void Connection::fail(const std::string& why) {
   if (broken_.exchange(true)) return;
-  spdlog::error("tally: lost the connection to tallyd at {}: {}; CUDA calls now fail with "
-                "cudaErrorDevicesUnavailable", endpointText_, why);
+  // After a lost context (contextLost) tallyd closing the connection is expected and already told.
+  if (lostStatus() == CUDA_ERROR_DEVICE_UNAVAILABLE) {
+    spdlog::error("tally: lost the connection to tallyd at {}: {}; CUDA calls now fail with "
+                  "cudaErrorDevicesUnavailable", endpointText_, why);
+  }
   ::shutdown(fd_, SHUT_RDWR);
   {
     std::lock_guard lock(pendingMutex_);

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace tally::client {
 
@@ -51,6 +52,9 @@ class Connection {
 
   const wire::Welcome::Reader welcome();
   bool broken() const { return broken_.load(); }
+  // What every call returns once the connection is broken: CUDA_ERROR_DEVICE_UNAVAILABLE, or the
+  // error tallyd gave when the GPU's shared context was lost (ContextLost).
+  CUresult lostStatus() const { return static_cast<CUresult>(lostStatus_.load()); }
   const std::string& endpointText() const { return endpointText_; }
 
   uint64_t nextCallId() { return nextCallId_.fetch_add(1); }
@@ -76,8 +80,9 @@ class Connection {
 
   // Device-to-host destinations: the receiver writes HostData for `token` into [dst, dst+size).
   uint64_t expectHostData(void* dst, size_t size);
-  // Drops the destination (after the call that filled it returned).
-  void forgetHostData(uint64_t token);
+  // Drops the destination (after the call that filled it returned); false when some of its
+  // bytes could not be written (the application unmapped or protected the buffer).
+  bool forgetHostData(uint64_t token);
 
   void setHostFuncHandler(std::function<void(const HostFuncNotice&)> handler);
 
@@ -86,10 +91,13 @@ class Connection {
     char* dst;
     size_t size;
     size_t received = 0;
+    bool faulted = false;
   };
 
   Connection(int fd, std::string endpointText);
   CUresult writeLocked(std::span<const iovec> parts);
+  CUresult writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std::span<const iovec> bulk);
+  frame::IoStatus readIntoHost(char* dst, size_t size, bool& faulted);
   CUresult flushLocked();
   void runFlusher();
   static int startTls(const address::Endpoint& endpoint, int fd, std::string& error);
@@ -97,6 +105,7 @@ class Connection {
   void receive();
   bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);
   void fail(const std::string& why);
+  void contextLost(wire::ContextLost::Reader lost);
 
   int fd_;
   std::string endpointText_;
@@ -111,11 +120,13 @@ class Connection {
   std::thread flusher_;
   std::atomic<uint64_t> nextCallId_{1};
   std::atomic<bool> broken_{false};
+  std::atomic<int> lostStatus_{CUDA_ERROR_DEVICE_UNAVAILABLE};
   std::mutex pendingMutex_;
   std::unordered_map<uint64_t, PendingCall*> pending_;
   std::mutex hostDataMutex_;
   std::unordered_map<uint64_t, HostDestination> hostData_;
   std::atomic<uint64_t> nextToken_{1};
+  std::vector<char> bounce_;  // receiver thread only: device-to-host bytes on their way
   std::function<void(const HostFuncNotice&)> hostFuncHandler_;
   std::thread receiver_;
 };

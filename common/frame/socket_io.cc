@@ -1,6 +1,7 @@
 #include "common/frame/socket_io.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +29,26 @@ int StreamReader::takeFd() {
   return fd;
 }
 
+bool StreamReader::waitReadable() {
+  if (!deadline_) return true;
+  for (;;) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now()).count();
+    if (left <= 0) {
+      timedOut_ = true;
+      errno = ETIMEDOUT;
+      return false;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 60'000)));
+    if (rc > 0 || (rc < 0 && errno != EINTR)) return true;  // recv reports what poll saw
+  }
+}
+
+IoStatus StreamReader::receiveError(const char* what) const {
+  if (timedOut_) return IoStatus{false, false, "timed out: the peer sent no complete frame in time", true};
+  return IoStatus::failure(fmt::format("{} failed: {}", what, std::strerror(errno)));
+}
+
 ssize_t StreamReader::receive(msghdr& msg) {
   if (spinMicros_ > 0) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spinMicros_);
@@ -39,9 +60,37 @@ ssize_t StreamReader::receive(msghdr& msg) {
   }
   ssize_t n;
   do {
+    if (!waitReadable()) return -1;
     n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   return n;
+}
+
+IoStatus StreamReader::queueDescriptors(msghdr& msg) {
+  size_t dropped = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (fds_.size() < kMaxPendingFds) {
+        fds_.push_back(fd);
+      } else {
+        ::close(fd);  // never kept: a peer must not make this process run out of descriptors
+        ++dropped;
+      }
+    }
+  }
+  if (dropped > 0) {
+    return IoStatus::failure(fmt::format("the peer passed {} more descriptor(s) than the {} its calls may leave pending",
+                                         dropped, kMaxPendingFds));
+  }
+  // The kernel closed what did not fit the control buffer; a well-behaved peer never sends that many.
+  if ((msg.msg_flags & MSG_CTRUNC) != 0) {
+    return IoStatus::failure(fmt::format("the peer passed more than {} descriptors with one message", kMaxFdsPerRead));
+  }
+  return {};
 }
 
 IoStatus StreamReader::refill() {
@@ -54,16 +103,8 @@ IoStatus StreamReader::refill() {
   msg.msg_controllen = sizeof(control);
   ssize_t n = receive(msg);
   if (n == 0) return IoStatus{false, true, "peer closed the connection"};
-  if (n < 0) return IoStatus::failure(fmt::format("recv failed: {}", std::strerror(errno)));
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      fds_.push_back(fd);
-    }
-  }
+  if (n < 0) return receiveError("recv");
+  if (IoStatus status = queueDescriptors(msg); !status.ok) return status;
   begin_ = 0;
   end_ = static_cast<size_t>(n);
   return {};
@@ -76,14 +117,14 @@ IoStatus StreamReader::read(void* dst, size_t size) {
     if (begin_ == end_) {
       // Large remainders bypass the buffer (descriptors only accompany small frames).
       if (size - done >= buffer_.size()) {
-        ssize_t n = ::recv(fd_, out + done, size - done, 0);
+        ssize_t n = waitReadable() ? ::recv(fd_, out + done, size - done, 0) : -1;
         if (n > 0) {
           done += static_cast<size_t>(n);
           continue;
         }
         if (n < 0 && errno == EINTR) continue;
         if (n == 0) return IoStatus::failure(fmt::format("peer closed mid-frame after {} of {} bytes", done, size));
-        return IoStatus::failure(fmt::format("recv failed: {}", std::strerror(errno)));
+        return receiveError("recv");
       }
       IoStatus status = refill();
       if (!status.ok) {

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <optional>
@@ -20,19 +21,30 @@ struct IoStatus {
   bool ok = true;
   bool closed = false;   // orderly EOF before any byte of a frame
   std::string error;
+  bool timedOut = false;  // the reader's deadline passed first (StreamReader::setDeadline)
   static IoStatus failure(std::string why) { return IoStatus{false, false, std::move(why)}; }
 };
 
 // Buffered reads from a stream socket: many small frames cost one recvmsg, large bulk goes
-// straight to its destination. Descriptors passed with SCM_RIGHTS are queued in arrival order.
+// straight to its destination. Descriptors passed with SCM_RIGHTS are queued in arrival order,
+// at most kMaxPendingFds of them: a peer that sends more than its calls take is refused.
 class StreamReader {
  public:
+  static constexpr size_t kMaxPendingFds = 16;
+  using Clock = std::chrono::steady_clock;
+
   explicit StreamReader(int fd, size_t bufferBytes = 256 << 10);
   ~StreamReader();
 
   // Before blocking for more bytes, poll the socket for this long: a peer that answers
   // within it costs no scheduler wake-up (the round-trip latency of a sync call).
   void setSpinMicros(unsigned micros) { spinMicros_ = micros; }
+  // Reads fail ("timed out") once `deadline` has passed without the bytes they wait for, however
+  // slowly the peer trickles them in; nullopt: no deadline (the default).
+  void setDeadline(std::optional<Clock::time_point> deadline) {
+    deadline_ = deadline;
+    timedOut_ = false;
+  }
 
   IoStatus read(void* dst, size_t size);
   IoStatus skip(size_t size);
@@ -43,7 +55,15 @@ class StreamReader {
  private:
   IoStatus refill();
   ssize_t receive(msghdr& msg);
+  // Blocks until the socket is readable; false (errno ETIMEDOUT) once the deadline has passed.
+  bool waitReadable();
+  IoStatus receiveError(const char* what) const;
+  // Queues the SCM_RIGHTS descriptors of `msg`; an error once the queue would exceed its cap
+  // (the extra descriptors are closed).
+  IoStatus queueDescriptors(msghdr& msg);
   unsigned spinMicros_ = 0;
+  std::optional<Clock::time_point> deadline_;
+  bool timedOut_ = false;  // the last failed receive ran into the deadline
 
   int fd_;
   std::vector<char> buffer_;

@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,23 +30,81 @@ void setNonBlocking(int fd, bool on) {
   ::fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK));
 }
 
+// OpenSSL writes to the socket with write(): a peer that went away would raise SIGPIPE, which
+// kills a client application (or a test) that does not ignore it. SIGPIPE raised by a write is
+// sent to the writing thread, so blocking it there for the scope and discarding what is pending
+// keeps it away from the process.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
+  }
+  ~SigpipeBlocked() {
+    timespec now{0, 0};
+    while (sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
+    }
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t previous_{};
+};
+
 // Waits until `fd` is ready for `events`, at most `timeoutMs`.
 bool waitFor(int fd, short events, int64_t timeoutMs) {
   pollfd p{fd, events, 0};
   return ::poll(&p, 1, static_cast<int>(timeoutMs)) > 0;
 }
 
+// The full RFC 2253 form of `name` (most specific first, special characters escaped with a
+// backslash), never truncated: a [[tenant]] tls_subject is compared with exactly this.
+std::string rfc2253(X509_NAME* name) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio == nullptr) return {};
+  std::string text;
+  if (X509_NAME_print_ex(bio, name, 0, XN_FLAG_RFC2253) >= 0) {
+    char* data = nullptr;
+    long size = BIO_get_mem_data(bio, &data);
+    if (size > 0) text.assign(data, static_cast<size_t>(size));
+  }
+  BIO_free(bio);
+  return text;
+}
+
 std::string subjectOf(SSL* ssl) {
   X509* cert = SSL_get1_peer_certificate(ssl);
   if (cert == nullptr) return {};
-  char buffer[512];
-  X509_NAME_oneline(X509_get_subject_name(cert), buffer, sizeof(buffer));
+  std::string subject = rfc2253(X509_get_subject_name(cert));
   X509_free(cert);
-  return buffer;
+  return subject;
+}
+
+// Makes the handshake verify that the server's certificate names `name` (and sends it as SNI).
+// A name OpenSSL cannot take must fail the connection, never leave it unchecked.
+bool expectServerName(SSL* ssl, const std::string& name, std::string& error) {
+  if (name.find('\0') != std::string::npos) {
+    error = "TLS: the expected server name contains a NUL byte";
+    return false;
+  }
+  if (SSL_set_tlsext_host_name(ssl, name.c_str()) != 1) {
+    error = opensslError("TLS: cannot send server name '" + name + "'");
+    return false;
+  }
+  if (SSL_set1_host(ssl, name.c_str()) != 1) {
+    error = opensslError("TLS: cannot verify server name '" + name + "'");
+    return false;
+  }
+  return true;
 }
 
 // Moves bytes both ways until either side ends. Both fds non-blocking.
 void pump(SSL* ssl, int rawFd, int plainFd) {
+  SigpipeBlocked quiet;
   std::vector<char> toPlain, toTls;
   size_t toPlainAt = 0, toTlsAt = 0;
   char buffer[64 * 1024];
@@ -175,6 +234,7 @@ std::unique_ptr<Context> Context::forClient(const ClientConfig& config, std::str
 Context::~Context() { SSL_CTX_free(ctx_); }
 
 Session start(const Context& context, int rawFd, int timeoutMs, std::string& error) {
+  SigpipeBlocked quiet;
   Session result;
   SSL* ssl = SSL_new(context.native());
   if (ssl == nullptr) {
@@ -185,9 +245,10 @@ Session start(const Context& context, int rawFd, int timeoutMs, std::string& err
   SSL_set_fd(ssl, rawFd);
   SSL_clear_mode(ssl, SSL_MODE_AUTO_RETRY);
   SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  if (!context.isServer() && !context.serverName().empty()) {
-    SSL_set_tlsext_host_name(ssl, context.serverName().c_str());
-    SSL_set1_host(ssl, context.serverName().c_str());
+  if (!context.isServer() && !context.serverName().empty() && !expectServerName(ssl, context.serverName(), error)) {
+    SSL_free(ssl);
+    ::close(rawFd);
+    return result;
   }
   setNonBlocking(rawFd, true);
   int rc = 0;

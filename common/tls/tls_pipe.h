@@ -47,13 +47,16 @@ class Context {
 
 struct Session {
   int plainFd = -1;         // blocking stream socket carrying the plaintext; owned by the caller
-  std::string peerSubject;  // verified peer certificate's subject ("" when it sent none)
+  // The verified peer certificate's full subject in RFC 2253 form, e.g. "CN=inference-1,O=Example"
+  // (most specific first, special characters escaped); "" when it sent none.
+  std::string peerSubject;
 };
 
 // Runs the TLS handshake on the connected socket `rawFd` (blocking, at most `timeoutMs`), then
 // starts the pump thread, which owns `rawFd` from then on and ends when either side closes.
 // On failure closes `rawFd` and returns nullopt-like (plainFd -1) with `error` saying why
-// ("certificate verify failed", "wrong version number", a timeout ...).
+// ("certificate verify failed", "wrong version number", a timeout, a server name OpenSSL
+// cannot check ...).
 Session start(const Context& context, int rawFd, int timeoutMs, std::string& error);
 
 }  // namespace tally::tls

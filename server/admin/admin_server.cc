@@ -80,6 +80,21 @@ void fillStatus(wire::ServerStatus::Builder status, AdminState& state) {
   }
   status.setDraining(state.draining.load());
   status.setTenantCount(static_cast<uint32_t>(admitted(state.sessions).size()));
+  if (state.faults == nullptr) return;
+  status.setFaults(state.faults->total());
+  status.setLastFault(state.faults->lastSummary());
+  auto byTenant = state.faults->faultsByTenant();
+  auto list = status.initFaultsByTenant(static_cast<unsigned>(byTenant.size()));
+  unsigned i = 0;
+  auto now = session::FaultHistory::Clock::now();
+  for (const auto& [name, count] : byTenant) {
+    list[i].setName(name);
+    list[i].setFaults(count);
+    if (auto until = state.faults->refusedUntil(name, now)) {
+      list[i].setRefusedForSeconds(std::chrono::duration_cast<std::chrono::seconds>(*until - now).count());
+    }
+    ++i;
+  }
 }
 
 // The name of what a tenant's thread is in (TenantCounters::busyCall): the call's field name in

@@ -8,6 +8,7 @@
 // accepts of tenants on the loop thread. Requests are served one at a time.
 #pragma once
 
+#include "server/session/fault_history.h"
 #include "server/session/session.h"
 
 #include <atomic>
@@ -39,6 +40,7 @@ struct AdminState {
   std::chrono::steady_clock::time_point startedAt;
   std::atomic<bool>& draining;  // read by every handshake
   SessionSource& sessions;
+  const session::FaultHistory* faults = nullptr;  // null: none recorded
 };
 
 class AdminServer {

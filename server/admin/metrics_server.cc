@@ -73,6 +73,14 @@ std::string renderMetrics(AdminState& state) {
   out += fmt::format("tally_draining {}\n", state.draining.load() ? 1 : 0);
   header(out, {"tally_tenants", "gauge", "admitted tenants"});
   out += fmt::format("tally_tenants {}\n", tenants.size());
+  if (state.faults != nullptr) {
+    header(out, {"tally_gpu_faults_total", "counter", "faults of a shared context since tallyd first started"});
+    out += fmt::format("tally_gpu_faults_total {}\n", state.faults->total());
+    header(out, {"tally_tenant_gpu_faults_total", "counter", "faults blamed on a tenant (by name)"});
+    for (const auto& [name, count] : state.faults->faultsByTenant()) {
+      out += fmt::format("tally_tenant_gpu_faults_total{{tenant=\"{}\"}} {}\n", labelValue(name), count);
+    }
+  }
 
   const Family counters[] = {
       {"tally_tenant_device_memory_bytes", "gauge", "device memory the tenant holds"},

@@ -6,8 +6,10 @@
 
 #include "common/frame/socket_io.h"
 #include "schema/envelope.capnp.h"
+#include "server/gpu/fault_monitor.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
+#include "server/session/fault_history.h"
 #include "server/session/outbox.h"
 #include "server/session/tenant.h"
 #include "server/scheduler/policy.h"
@@ -29,6 +31,7 @@ struct Services {
   frame::FrameLimits limits;
   unsigned inlineWaitMicros = 50;  // how long a tenant thread may wait for a short sync itself
   unsigned pollMicros = 50;        // how long a tenant thread polls its socket before sleeping
+  unsigned handshakeTimeoutMs = 5000;  // a peer without a complete Hello by then is dropped
   session::AuthPolicy auth;        // who may connect, with which limits
   // Kernel variants for best-effort tenants' modules; null when transforms are off.
   transform::VariantStore* variants = nullptr;
@@ -40,6 +43,10 @@ struct Services {
   scheduler::Policy* policy = nullptr;
   // Releases a dead tenant's host-callback waits while its thread is stuck (null: only at release).
   session::HangupWatch* hangups = nullptr;
+  // Notices a fault of the shared context and says what each tenant is told (null: statuses as is).
+  gpu::FaultMonitor* faults = nullptr;
+  // Past faults by tenant: who is refused for a while (null: nobody).
+  session::FaultHistory* faultHistory = nullptr;
 };
 
 // Fills the union part of a Reply.
@@ -53,6 +60,11 @@ class CallContext {
         services_(services) {}
 
   session::Tenant& tenant() { return tenant_; }
+  // What the fault monitor knows of this tenant's GPU work (null without a monitor).
+  void setFaultEvidence(std::shared_ptr<gpu::FaultEvidence> evidence) { evidence_ = std::move(evidence); }
+  const std::shared_ptr<gpu::FaultEvidence>& faultEvidence() const { return evidence_; }
+  // `status` as this tenant must see it: after a fault of the shared context, the fault's error.
+  CUresult reported(CUresult status);
   // The stream the current call queues work on (set by streamForWork), for the scheduler.
   session::StreamState* workStream() const { return workStream_; }
   void setWorkStream(session::StreamState* s) { workStream_ = s; }
@@ -87,6 +99,7 @@ class CallContext {
   Services& services_;
   std::string protocolError_;
   session::StreamState* workStream_ = nullptr;
+  std::shared_ptr<gpu::FaultEvidence> evidence_;
 };
 
 // Sends a Reply for call `id` on `outbox`, optionally followed by device-to-host bytes for

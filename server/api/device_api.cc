@@ -1,8 +1,12 @@
 // Device-wide calls, narrowed to the tenant: a device sync waits for this tenant's streams
-// only; context-wide limits are only ever raised, or refused when they could hurt others.
+// only; context-wide limits are only ever raised, up to the tenant's maxima (TenantLimits), and
+// the memory they reserve counts against its quota.
 #include "server/api/call_context.h"
+#include "server/api/request_checks.h"
 
 #include <spdlog/spdlog.h>
+
+#include <map>
 
 namespace tally::server::api {
 
@@ -11,30 +15,47 @@ namespace {
 void synchronizeDevice(CallContext& ctx, uint32_t device) {
   gpu::Gpu* g = ctx.tenant().gpu(device);
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
-  replyWhenDone(ctx, *g, ctx.tenant().joinedSyncStream(g));
+  replyWhenDone(ctx, *g, ctx.tenant().streams().joinedSyncStream(g));
 }
 
-bool limitIsSafeToRaise(CUlimit limit) {
-  switch (limit) {
-    case CU_LIMIT_STACK_SIZE:
-    case CU_LIMIT_PRINTF_FIFO_SIZE:
-    case CU_LIMIT_MALLOC_HEAP_SIZE:
-    case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
-      return true;
-    default:
-      return false;  // L2 persistence and fetch granularity change other tenants' behaviour
+// Whether the tenant's memory quota holds its allocations plus what its context limits reserve
+// once `limit` is `value` (the device heap and printf buffer are device memory every tenant pays
+// for, so they count against the quota of the tenant that asks for them).
+bool quotaHoldsLimit(session::Tenant& t, CUlimit limit, size_t value) {
+  std::map<int, size_t> after = t.requestedLimits();
+  after[limit] = value;
+  return session::withinQuota(t.memory().allocatedBytes(), contextLimitCharge(after), t.limits().memoryQuotaBytes);
+}
+
+// Refuses what could hurt other tenants with the error the driver would give: limits that change
+// their behaviour (NOT_SUPPORTED), values past the tenant's maximum (INVALID_VALUE, as for a
+// value past the hardware's), memory past its quota (OUT_OF_MEMORY). CUDA_SUCCESS: allowed.
+CUresult checkLimitRequest(CallContext& ctx, CUlimit limit, size_t value) {
+  session::Tenant& t = ctx.tenant();
+  std::optional<uint64_t> maximum = contextLimitMaximum(t.limits(), limit);
+  if (!maximum) {
+    spdlog::warn("tenant {} ({}): refused context limit {} = {}: it would change other tenants' behaviour", t.id(),
+                 t.name(), static_cast<int>(limit), value);
+    return CUDA_ERROR_NOT_SUPPORTED;
   }
+  if (value > *maximum) {
+    spdlog::warn("tenant {} ({}): refused context limit {} = {}: its maximum is {}", t.id(), t.name(),
+                 static_cast<int>(limit), value, *maximum);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!quotaHoldsLimit(t, limit, value)) {
+    spdlog::warn("tenant {} ({}): refused context limit {} = {}: with {} bytes allocated it passes the memory quota {}",
+                 t.id(), t.name(), static_cast<int>(limit), value, t.memory().allocatedBytes(), t.limits().memoryQuotaBytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
 }
 
 void setLimit(CallContext& ctx, wire::Limit::Reader args) {
   gpu::Gpu* g = ctx.tenant().gpu(args.getDevice());
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
   auto limit = static_cast<CUlimit>(args.getLimit());
-  if (!limitIsSafeToRaise(limit)) {
-    spdlog::warn("tenant {} ({}): refused context limit {} = {}: it would change other tenants' behaviour",
-                 ctx.tenant().id(), ctx.tenant().name(), args.getLimit(), args.getValue());
-    return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
-  }
+  if (CUresult r = checkLimitRequest(ctx, limit, args.getValue()); r != CUDA_SUCCESS) return ctx.finish(r);
   CUresult r = g->raiseLimit(limit, args.getValue());
   if (r == CUDA_SUCCESS) ctx.tenant().requestedLimits()[args.getLimit()] = args.getValue();
   ctx.finish(r);

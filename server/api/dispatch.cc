@@ -23,27 +23,43 @@ void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult d
   outbox.send(message, std::move(data), std::move(keepalive));
 }
 
+namespace {
+
+// Maps statuses for one tenant through the fault monitor; copyable into completion callbacks.
+struct StatusView {
+  gpu::FaultMonitor* faults;
+  uint64_t tenant;
+  CUresult operator()(CUresult status) const { return faults != nullptr ? faults->statusFor(tenant, status) : status; }
+};
+
+}  // namespace
+
+CUresult CallContext::reported(CUresult status) { return StatusView{services_.faults, tenant_.id()}(status); }
+
 void CallContext::finish(CUresult status, const ReplyFiller& fill) {
+  status = reported(status);
   if (oneWay()) {
     if (status != CUDA_SUCCESS) tenant_.deferError(status);
     return;
   }
-  sendReply(*outbox_, callId_, status, tenant_.takeDeferredError(), fill);
+  sendReply(*outbox_, callId_, status, reported(tenant_.takeDeferredError()), fill);
 }
 
 std::function<void(CUresult, const ReplyFiller&)> CallContext::replyLater() {
   if (oneWay()) return [](CUresult, const ReplyFiller&) {};
-  return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError()](CUresult status, const ReplyFiller& fill) {
-    sendReply(*outbox, id, status, deferred, fill);
+  return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError(),
+          view = StatusView{services_.faults, tenant_.id()}](CUresult status, const ReplyFiller& fill) {
+    sendReply(*outbox, id, view(status), view(deferred), fill);
   };
 }
 
 bool CallContext::skipBulk(size_t size) { return readBulk(nullptr, size); }
 
 std::function<void(CUresult, std::vector<iovec>, uint64_t, std::shared_ptr<void>)> CallContext::replyLaterWithData() {
-  return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError()](
-             CUresult status, std::vector<iovec> data, uint64_t token, std::shared_ptr<void> keepalive) {
-    sendReply(*outbox, id, status, deferred, {}, std::move(data), token, std::move(keepalive));
+  return [outbox = outbox_, id = callId_, deferred = tenant_.takeDeferredError(),
+          view = StatusView{services_.faults, tenant_.id()}](CUresult status, std::vector<iovec> data, uint64_t token,
+                                                             std::shared_ptr<void> keepalive) {
+    sendReply(*outbox, id, view(status), view(deferred), {}, std::move(data), token, std::move(keepalive));
   };
 }
 
@@ -72,7 +88,11 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
   const auto& queued = ctx.tenant().queuedNotices();
   unsigned spin = queued->load() == 0 ? ctx.services().inlineWaitMicros : 0;
   queued->fetch_add(1);
-  CUresult r = g.completions().watchStream(stream, [queued, done = std::move(done)](CUresult status) {
+  // A completed sync settles the launches queued before it (the fault monitor's evidence).
+  const auto& evidence = ctx.faultEvidence();
+  uint64_t covered = evidence ? evidence->launchesSoFar() : 0;
+  CUresult r = g.completions().watchStream(stream, [queued, evidence, covered, done = std::move(done)](CUresult status) {
+    if (evidence && status == CUDA_SUCCESS) evidence->noteSettled(covered);
     done(status);
     queued->fetch_sub(1);
   }, spin);

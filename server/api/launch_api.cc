@@ -2,11 +2,15 @@
 // driver a pointer per parameter into it.
 #include "server/api/call_context.h"
 
+#include "server/api/request_checks.h"
 #include "server/gpu/variant_launch.h"
+#include "server/scheduler/passthrough_policy.h"
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace tally::server::api {
@@ -15,45 +19,58 @@ namespace {
 
 constexpr size_t kMaxLaunchAttributes = 8;
 
-CUresult launchEx(const session::FunctionState& f, wire::LaunchKernel::Reader args, CUstream stream, void** params) {
+// The attributes of one launch as the driver takes them (room for the cooperative flag too).
+struct LaunchAttributes {
+  std::array<CUlaunchAttribute, kMaxLaunchAttributes + 1> values{};
+  unsigned count = 0;
+  std::span<const CUlaunchAttribute> view() const { return {values.data(), count}; }
+};
+
+// The most urgent stream priority this tenant's class gets on `g` (nullopt: the policy sets none).
+std::optional<int> priorityBand(CallContext& ctx, const gpu::Gpu& g) {
+  scheduler::Policy* policy = ctx.services().policy;
+  if (policy == nullptr) return std::nullopt;
+  return policy->streamPriority(ctx.tenant().priority() == session::PriorityClass::kHigh, g);
+}
+
+// One wire attribute as the driver takes it; a priority is clamped to the device's range and to
+// what the tenant's class allows. NOT_SUPPORTED for attributes that reach into the shared context.
+CUresult toDriverAttribute(CallContext& ctx, const gpu::Gpu& g, wire::LaunchAttribute::Reader in,
+                           CUlaunchAttribute& out) {
+  out.id = static_cast<CUlaunchAttributeID>(in.getId());
+  auto v = in.getValue();
+  switch (out.id) {
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: out.value.cooperative = static_cast<int>(v.getX()); return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY: {
+      const auto& d = g.description();
+      out.value.priority = clampLaunchPriority(static_cast<int>(v.getX()), d.streamPriorityGreatest,
+                                               d.streamPriorityLeast, priorityBand(ctx, g));
+      return CUDA_SUCCESS;
+    }
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+      out.value.clusterDim.x = v.getX();
+      out.value.clusterDim.y = v.getY();
+      out.value.clusterDim.z = v.getZ();
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      out.value.clusterSchedulingPolicyPreference = static_cast<CUclusterSchedulingPolicy>(v.getX());
+      return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult launchAttributes(CallContext& ctx, const gpu::Gpu& g, wire::LaunchKernel::Reader args,
+                          LaunchAttributes& out) {
   auto attributes = args.getAttributes();
   if (attributes.size() > kMaxLaunchAttributes) return CUDA_ERROR_INVALID_VALUE;
-  std::array<CUlaunchAttribute, kMaxLaunchAttributes + 1> attrs{};
-  unsigned count = 0;
   for (auto a : attributes) {
-    CUlaunchAttribute& out = attrs[count++];
-    out.id = static_cast<CUlaunchAttributeID>(a.getId());
-    auto v = a.getValue();
-    switch (out.id) {
-      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: out.value.cooperative = static_cast<int>(v.getX()); break;
-      case CU_LAUNCH_ATTRIBUTE_PRIORITY: out.value.priority = static_cast<int>(v.getX()); break;
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-        out.value.clusterDim.x = v.getX();
-        out.value.clusterDim.y = v.getY();
-        out.value.clusterDim.z = v.getZ();
-        break;
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-        out.value.clusterSchedulingPolicyPreference = static_cast<CUclusterSchedulingPolicy>(v.getX());
-        break;
-      default: return CUDA_ERROR_NOT_SUPPORTED;  // attributes that reach into the shared context
-    }
+    if (CUresult r = toDriverAttribute(ctx, g, a, out.values[out.count++]); r != CUDA_SUCCESS) return r;
   }
   if (args.getCooperative()) {
-    attrs[count].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-    attrs[count++].value.cooperative = 1;
+    out.values[out.count].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    out.values[out.count++].value.cooperative = 1;
   }
-  CUlaunchConfig config{};
-  config.gridDimX = args.getGrid().getX();
-  config.gridDimY = args.getGrid().getY();
-  config.gridDimZ = args.getGrid().getZ();
-  config.blockDimX = args.getBlock().getX();
-  config.blockDimY = args.getBlock().getY();
-  config.blockDimZ = args.getBlock().getZ();
-  config.sharedMemBytes = args.getSharedMem();
-  config.hStream = stream;
-  config.attrs = attrs.data();
-  config.numAttrs = count;
-  return cuLaunchKernelEx(&config, f.function, params, nullptr);
+  return CUDA_SUCCESS;
 }
 
 gpu::LaunchShape shapeOf(wire::LaunchKernel::Reader args) {
@@ -96,7 +113,7 @@ CUresult stressLaunch(CallContext& ctx, session::FunctionState& f, session::Stre
   }
   const gpu::PtbHelpers* trigger = f.gpu->ptbHelpers();
   uint64_t resident = choice >= 2 ? residentBlocks(f.ptb, f, shape) : 0;
-  if (resident > 0 && trigger != nullptr && ctx.tenant().prepareVariants(s)) {
+  if (resident > 0 && trigger != nullptr && ctx.tenant().streams().prepareVariants(s)) {
     counters.ptbLaunches.fetch_add(1, std::memory_order_relaxed);
     gpu::PtbWorkers workers{pick(1, resident), static_cast<uint32_t>(pick(1, 4))};
     gpu::PtbControl control{s.ptbControl, s.ptbControl + 8};
@@ -141,7 +158,7 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
 }
 
 void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
-  session::FunctionState* f = ctx.tenant().function(args.getFunction());
+  session::FunctionState* f = ctx.tenant().modules().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   auto buffer = args.getParams();
   if (buffer.size() != f->paramBytes) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
@@ -156,24 +173,22 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
     params = manyParams.data();
   }
   for (size_t i = 0; i < f->params.size(); ++i) params[i] = const_cast<uint8_t*>(buffer.begin()) + f->params[i].first;
-  CUresult r;
-  const bool plain = args.getAttributes().size() == 0 && !args.getCooperative();
+  LaunchAttributes attributes;
+  if (CUresult r = launchAttributes(ctx, *f->gpu, args, attributes); r != CUDA_SUCCESS) return ctx.finish(r);
+  scheduler::KernelLaunch k = kernelLaunch(ctx, *f, *s, args, params);
+  // Launches with attributes go through the scheduler like any other (gate, priorities,
+  // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
+  k.attributes = attributes.view();
+  const bool plain = k.attributes.empty();
+  if (!plain) k.sliced = k.ptb = nullptr;
   scheduler::Policy* policy = ctx.services().policy;
+  CUresult r;
   if (plain && ctx.services().stress && (f->sliced != nullptr || f->ptb != nullptr)) {
-    r = stressLaunch(ctx, *f, *s, shapeOf(args), gpu::KernelParams{params, f->params.size()});
-  } else if (plain && policy != nullptr) {
-    r = policy->launch(kernelLaunch(ctx, *f, *s, args, params));
-  } else if (plain) {
-    r = cuLaunchKernel(f->function, args.getGrid().getX(), args.getGrid().getY(), args.getGrid().getZ(),
-                       args.getBlock().getX(), args.getBlock().getY(), args.getBlock().getZ(), args.getSharedMem(),
-                       s->stream, params, nullptr);
+    r = stressLaunch(ctx, *f, *s, k.shape, gpu::KernelParams{params, f->params.size()});
+  } else if (policy != nullptr) {
+    r = policy->launch(k);
   } else {
-    r = launchEx(*f, args, s->stream, params);
-    // Cooperative and attributed launches run as they are; the scheduler still counts them.
-    if (r == CUDA_SUCCESS && policy != nullptr) {
-      policy->afterWork(ctx.tenant().id(), ctx.tenant().priority() == session::PriorityClass::kHigh, s->id, *s->gpu,
-                        s->stream);
-    }
+    r = scheduler::launchOriginal(k, params);
   }
   ctx.finish(r);
 }

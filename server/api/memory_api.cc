@@ -1,7 +1,9 @@
 // Memory family: allocation, copies in every direction, memset, host memory shared by memfd.
 // Every device address is checked against the tenant's table before anything runs.
 #include "server/api/call_context.h"
+#include "server/api/request_checks.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -11,31 +13,65 @@ namespace tally::server::api {
 
 namespace {
 
-// Device-to-host bulk is sent in pieces so the client can start writing early and staging
-// stays bounded.
-constexpr size_t kD2HChunk = 16 << 20;
-
+// A copy as the client asked for it: `height` rows of `width` bytes, each side's pitch resolved
+// (0 on the wire: packed). `bytes` is width * height, checked not to wrap.
 struct CopyShape {
   size_t width;
   size_t height;
-  size_t bytes() const { return width * height; }
+  size_t srcPitch;
+  size_t dstPitch;
+  size_t bytes;
+  PitchedRegion source() const { return {width, height, srcPitch}; }
+  PitchedRegion destination() const { return {width, height, dstPitch}; }
 };
 
 CUDA_MEMCPY2D shape2D(const CopyShape& shape) {
   CUDA_MEMCPY2D p{};
   p.WidthInBytes = shape.width;
   p.Height = shape.height;
+  p.srcPitch = shape.srcPitch;
+  p.dstPitch = shape.dstPitch;
   return p;
 }
 
-// Extent of a pitched region: the last row needs only `width` bytes.
-size_t pitchedExtent(size_t pitch, const CopyShape& shape) {
-  return shape.height == 0 ? 0 : pitch * (shape.height - 1) + shape.width;
+// `p` narrowed to one piece: its rows and columns, the device side moved to where they start.
+CUDA_MEMCPY2D narrowed(CUDA_MEMCPY2D p, const CopyPiece& piece) {
+  p.WidthInBytes = piece.rowBytes;
+  p.Height = piece.rows;
+  if (p.srcMemoryType == CU_MEMORYTYPE_DEVICE) p.srcDevice += piece.row * p.srcPitch + piece.column;
+  if (p.dstMemoryType == CU_MEMORYTYPE_DEVICE) p.dstDevice += piece.row * p.dstPitch + piece.column;
+  return p;
+}
+
+// How much of a copy goes through one staging buffer: whatever the tenant's budget can grant.
+std::vector<CopyPiece> stagingPieces(CallContext& ctx, const CopyShape& shape) {
+  return splitIntoPieces(shape.width, shape.height, gpu::StagingPool::pieceLimit(ctx.tenant().stagingBudget().get()));
+}
+
+// The client's mapped host memory for a region of it (nullptr: not inside one mapping).
+void* mappedHostRegion(CallContext& ctx, uint64_t clientAddress, const PitchedRegion& region) {
+  std::optional<uint64_t> extent = regionExtent(region);
+  return extent ? ctx.tenant().hostMappings().hostAddress(clientAddress, *extent) : nullptr;
+}
+
+// Whether `bytes` more device memory keeps the tenant within its quota, counting what its
+// context limits (device heap, printf buffer) reserve; Tenant's own check counts allocations only.
+bool quotaAllows(CallContext& ctx, size_t bytes) {
+  session::Tenant& t = ctx.tenant();
+  uint64_t used = 0;
+  if (__builtin_add_overflow(t.memory().allocatedBytes(), contextLimitCharge(t.requestedLimits()), &used)) return false;
+  if (session::withinQuota(used, bytes, t.limits().memoryQuotaBytes)) return true;
+  spdlog::warn("tenant {} ({}): allocation of {} bytes refused: {} bytes allocated or reserved by context limits, "
+               "quota {}", t.id(), t.name(), bytes, used, t.limits().memoryQuotaBytes);
+  return false;
 }
 
 void allocate(CallContext& ctx, wire::MemAlloc::Reader args) {
   CUdeviceptr ptr = 0;
   if (args.getPitchWidth() != 0) {
+    if (!quotaAllows(ctx, session::pitchedBytesUpperBound(args.getPitchWidth(), args.getPitchHeight()))) {
+      return ctx.finish(CUDA_ERROR_OUT_OF_MEMORY);
+    }
     size_t pitch = 0;
     CUresult r = ctx.tenant().allocatePitch(args.getDevice(), args.getPitchWidth(), args.getPitchHeight(), ptr, pitch);
     ctx.finish(r, [&](wire::Reply::Builder reply) {
@@ -44,8 +80,46 @@ void allocate(CallContext& ctx, wire::MemAlloc::Reader args) {
     });
     return;
   }
+  if (!quotaAllows(ctx, args.getSize())) return ctx.finish(CUDA_ERROR_OUT_OF_MEMORY);
   CUresult r = ctx.tenant().allocate(args.getDevice(), args.getSize(), ptr);
   ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(ptr); });
+}
+
+// Keeps `staging` until the copies queued so far on `stream` are done (no notice to the client).
+CUresult keepUntilDone(gpu::Gpu& g, CUstream stream, std::shared_ptr<gpu::StagingBuffer> staging) {
+  return g.completions().watchStream(stream, [staging = std::move(staging)](CUresult) {});
+}
+
+// Host-to-device from the frame's bulk bytes (packed rows), piece by piece through staging, so
+// that one call never pins more than the tenant's budget. The bulk is checked to hold the whole
+// copy before any staging is taken.
+void hostToDeviceFromBulk(CallContext& ctx, gpu::Gpu& g, session::StreamState& s, CUDA_MEMCPY2D p,
+                          const CopyShape& shape) {
+  if (shape.bytes > ctx.bulkLeft()) {
+    return ctx.protocolError(fmt::format("memcpy host to device of {} bytes to 0x{:x}, but the frame carries {} bulk "
+                                         "bytes", shape.bytes, p.dstDevice, ctx.bulkLeft()));
+  }
+  if (shape.bytes == 0) return ctx.finish(CUDA_SUCCESS);
+  std::vector<CopyPiece> pieces = stagingPieces(ctx, shape);
+  size_t consumed = 0;
+  std::shared_ptr<gpu::StagingBuffer> staging;
+  auto refuseRest = [&](CUresult r) {
+    if (ctx.skipBulk(shape.bytes - consumed)) ctx.finish(r);
+  };
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (staging) {
+      if (CUresult r = keepUntilDone(g, s.stream, std::move(staging)); r != CUDA_SUCCESS) return refuseRest(r);
+    }
+    staging = g.staging().take(pieces[i].bytes(), ctx.tenant().stagingBudget());
+    if (!staging) return refuseRest(CUDA_ERROR_OUT_OF_MEMORY);
+    if (!ctx.readBulk(staging->data(), pieces[i].bytes())) return;
+    consumed += pieces[i].bytes();
+    CUDA_MEMCPY2D piece = narrowed(p, pieces[i]);
+    piece.srcHost = staging->data();
+    piece.srcPitch = pieces[i].rowBytes;  // bulk rows are packed
+    if (CUresult r = cuMemcpy2DAsync(&piece, s.stream); r != CUDA_SUCCESS) return refuseRest(r);
+  }
+  replyWhenDone(ctx, g, s.stream, staging);
 }
 
 void hostToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, session::StreamState& s,
@@ -53,33 +127,19 @@ void hostToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, sess
   CUDA_MEMCPY2D p = shape2D(shape);
   p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   p.dstDevice = args.getDst();
-  p.dstPitch = args.getDstPitch() != 0 ? args.getDstPitch() : shape.width;
   p.srcMemoryType = CU_MEMORYTYPE_HOST;
-  p.srcPitch = args.getSrcPitch() != 0 ? args.getSrcPitch() : shape.width;
-  std::shared_ptr<gpu::StagingBuffer> staging;
-  if (args.getHostShared()) {
-    p.srcHost = ctx.tenant().hostAddress(args.getSrc(), pitchedExtent(p.srcPitch, shape));
-    if (p.srcHost == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
-  } else {
-    p.srcPitch = shape.width;  // bulk rows are packed
-    staging = g.staging().take(shape.bytes(), ctx.tenant().stagingBudget());
-    if (!staging) {
-      if (ctx.skipBulk(shape.bytes())) ctx.finish(CUDA_ERROR_OUT_OF_MEMORY);
-      return;
-    }
-    if (!ctx.readBulk(staging->data(), shape.bytes())) return;
-    p.srcHost = staging->data();
-  }
+  if (!args.getHostShared()) return hostToDeviceFromBulk(ctx, g, s, p, shape);
+  p.srcHost = mappedHostRegion(ctx, args.getSrc(), shape.source());
+  if (p.srcHost == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   CUresult r = cuMemcpy2DAsync(&p, s.stream);
   if (r != CUDA_SUCCESS) return ctx.finish(r);
-  replyWhenDone(ctx, g, s.stream, staging);
+  replyWhenDone(ctx, g, s.stream);
 }
 
 void deviceToHostShared(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, session::StreamState& s,
                         CUDA_MEMCPY2D p, const CopyShape& shape) {
   p.dstMemoryType = CU_MEMORYTYPE_HOST;
-  p.dstPitch = args.getDstPitch() != 0 ? args.getDstPitch() : shape.width;
-  p.dstHost = ctx.tenant().hostAddress(args.getDst(), pitchedExtent(p.dstPitch, shape));
+  p.dstHost = mappedHostRegion(ctx, args.getDst(), shape.destination());
   if (p.dstHost == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   CUresult r = cuMemcpy2DAsync(&p, s.stream);
   if (r != CUDA_SUCCESS) return ctx.finish(r);
@@ -120,35 +180,20 @@ CUresult deviceToHostChunk(CallContext& ctx, gpu::Gpu& g, session::StreamState& 
   });
 }
 
+// Device-to-host through staging, piece by piece (whole rows, or parts of a wide row), each
+// sent as HostData at its offset in the client's packed destination.
 void deviceToHost(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, session::StreamState& s,
                   const CopyShape& shape) {
   CUDA_MEMCPY2D p = shape2D(shape);
   p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   p.srcDevice = args.getSrc();
-  p.srcPitch = args.getSrcPitch() != 0 ? args.getSrcPitch() : shape.width;
   if (args.getHostShared()) return deviceToHostShared(ctx, args, g, s, p, shape);
-  if (shape.bytes() == 0) return ctx.finish(CUDA_SUCCESS);
-  if (shape.height == 1) {  // a flat copy: pieces of kD2HChunk bytes
-    for (size_t done = 0; done < shape.width; done += kD2HChunk) {
-      CUDA_MEMCPY2D piece = p;
-      piece.WidthInBytes = std::min(kD2HChunk, shape.width - done);
-      piece.srcDevice += done;
-      bool last = done + piece.WidthInBytes >= shape.width;
-      if (CUresult r = deviceToHostChunk(ctx, g, s, piece, done, args.getToken(), last); r != CUDA_SUCCESS) {
-        return ctx.finish(r);
-      }
-    }
-    return;
-  }
-  size_t rowsPerChunk = std::max<size_t>(1, kD2HChunk / std::max<size_t>(shape.width, 1));
-  for (size_t row = 0; row < shape.height; row += rowsPerChunk) {
-    CUDA_MEMCPY2D piece = p;
-    piece.Height = std::min(rowsPerChunk, shape.height - row);
-    piece.srcDevice += row * p.srcPitch;
-    bool last = row + piece.Height >= shape.height;
-    if (CUresult r = deviceToHostChunk(ctx, g, s, piece, row * shape.width, args.getToken(), last); r != CUDA_SUCCESS) {
-      return ctx.finish(r);
-    }
+  if (shape.bytes == 0) return ctx.finish(CUDA_SUCCESS);
+  std::vector<CopyPiece> pieces = stagingPieces(ctx, shape);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    CUresult r = deviceToHostChunk(ctx, g, s, narrowed(p, pieces[i]), pieces[i].packedOffset(shape.width),
+                                   args.getToken(), i + 1 == pieces.size());
+    if (r != CUDA_SUCCESS) return ctx.finish(r);
   }
 }
 
@@ -158,9 +203,8 @@ void deviceToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, se
   p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   p.srcDevice = args.getSrc();
   p.dstDevice = args.getDst();
-  p.srcPitch = args.getSrcPitch() != 0 ? args.getSrcPitch() : shape.width;
-  p.dstPitch = args.getDstPitch() != 0 ? args.getDstPitch() : shape.width;
-  if (ctx.tenant().ownerOf(p.srcDevice, pitchedExtent(p.srcPitch, shape)) == nullptr) {
+  std::optional<uint64_t> sourceExtent = regionExtent(shape.source());
+  if (!sourceExtent || ctx.tenant().memory().ownerOf(p.srcDevice, *sourceExtent) == nullptr) {
     return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   }
   CUresult r = shape.height == 1 ? cuMemcpyDtoDAsync(p.dstDevice, p.srcDevice, shape.width, s.stream)
@@ -169,19 +213,28 @@ void deviceToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, se
   replyWhenDone(ctx, g, s.stream);
 }
 
-void copy(CallContext& ctx, wire::Memcpy::Reader args) {
-  CopyShape shape{args.getWidth(), std::max<uint64_t>(args.getHeight(), 1)};
-  if (shape.width != 0 && shape.height > SIZE_MAX / shape.width) return ctx.protocolError("memcpy shape overflows");
+// The GPU whose memory holds the copy's device side (the destination unless it goes to the
+// host), if the tenant owns all of it and the region is well formed; else nullptr.
+gpu::Gpu* deviceSideOwner(CallContext& ctx, wire::Memcpy::Reader args, const CopyShape& shape) {
   bool toDevice = args.getKind() != wire::CopyKind::DEVICE_TO_HOST;
-  uint64_t devicePtr = toDevice ? args.getDst() : args.getSrc();
-  uint64_t devicePitch = toDevice ? args.getDstPitch() : args.getSrcPitch();
-  gpu::Gpu* g = ctx.tenant().ownerOf(devicePtr, pitchedExtent(devicePitch != 0 ? devicePitch : shape.width, shape));
+  std::optional<uint64_t> extent = regionExtent(toDevice ? shape.destination() : shape.source());
+  if (!extent) return nullptr;
+  return ctx.tenant().memory().ownerOf(toDevice ? args.getDst() : args.getSrc(), *extent);
+}
+
+void copy(CallContext& ctx, wire::Memcpy::Reader args) {
+  uint64_t height = std::max<uint64_t>(args.getHeight(), 1);
+  std::optional<uint64_t> bytes = checkedProduct(args.getWidth(), height);
+  if (!bytes) return ctx.protocolError(fmt::format("memcpy of {} rows of {} bytes overflows", height, args.getWidth()));
+  CopyShape shape{args.getWidth(), height, pitchOr(args.getSrcPitch(), args.getWidth()),
+                  pitchOr(args.getDstPitch(), args.getWidth()), *bytes};
   // Bulk that arrived for a refused copy must still be consumed to keep the stream framed.
   auto refuse = [&](CUresult r) {
     bool bulkFollows = args.getKind() == wire::CopyKind::HOST_TO_DEVICE && !args.getHostShared();
-    if (bulkFollows && !ctx.skipBulk(shape.bytes())) return;
+    if (bulkFollows && !ctx.skipBulk(shape.bytes)) return;
     ctx.finish(r);
   };
+  gpu::Gpu* g = deviceSideOwner(ctx, args, shape);
   if (g == nullptr) return refuse(CUDA_ERROR_INVALID_VALUE);
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return refuse(CUDA_ERROR_INVALID_HANDLE);
@@ -209,16 +262,24 @@ CUresult memsetAsync(const wire::Memset::Reader& args, size_t pitch, size_t heig
   }
 }
 
-void set(CallContext& ctx, wire::Memset::Reader args) {
+// The rows a memset writes: `width` elements of `elementSize` bytes per row; nullopt when the
+// element size is not one the driver has, or the row's bytes wrap.
+std::optional<PitchedRegion> memsetRegion(wire::Memset::Reader args) {
   size_t elementSize = std::max<size_t>(args.getElementSize(), 1);
-  if (elementSize != 1 && elementSize != 2 && elementSize != 4) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
-  CopyShape shape{args.getWidth() * elementSize, std::max<uint64_t>(args.getHeight(), 1)};
-  size_t pitch = args.getPitch() != 0 ? args.getPitch() : shape.width;
-  gpu::Gpu* g = ctx.tenant().ownerOf(args.getDst(), pitchedExtent(pitch, shape));
+  if (elementSize != 1 && elementSize != 2 && elementSize != 4) return std::nullopt;
+  std::optional<uint64_t> rowBytes = checkedProduct(args.getWidth(), elementSize);
+  if (!rowBytes) return std::nullopt;
+  return PitchedRegion{*rowBytes, std::max<uint64_t>(args.getHeight(), 1), pitchOr(args.getPitch(), *rowBytes)};
+}
+
+void set(CallContext& ctx, wire::Memset::Reader args) {
+  std::optional<PitchedRegion> region = memsetRegion(args);
+  std::optional<uint64_t> extent = region ? regionExtent(*region) : std::nullopt;
+  gpu::Gpu* g = extent ? ctx.tenant().memory().ownerOf(args.getDst(), *extent) : nullptr;
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
-  CUresult r = memsetAsync(args, pitch, shape.height, s->stream);
+  CUresult r = memsetAsync(args, region->pitch, region->height, s->stream);
   if (r != CUDA_SUCCESS) return ctx.finish(r);
   replyWhenDone(ctx, *g, s->stream);
 }
@@ -244,7 +305,7 @@ void hostRegister(CallContext& ctx, wire::HostRegister::Reader args) {
   gpu::Gpu* g = ctx.tenant().gpu(0);
   uint64_t deviceAddress = 0;
   CUresult r = g == nullptr ? CUDA_ERROR_NO_DEVICE
-                            : ctx.tenant().mapHostMemory(fd, args.getClientAddress(), args.getSize(), g, deviceAddress);
+                            : ctx.tenant().hostMappings().map(fd, args.getClientAddress(), args.getSize(), g, deviceAddress);
   ::close(fd);
   ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(deviceAddress); });
 }
@@ -253,7 +314,7 @@ void hostRegister(CallContext& ctx, wire::HostRegister::Reader args) {
 void freeMemory(CallContext& ctx, uint64_t ptr) {
   gpu::Gpu* on = nullptr;
   if (CUresult r = ctx.tenant().free(ptr, on); r != CUDA_SUCCESS) return ctx.finish(r);
-  replyWhenDone(ctx, *on, ctx.tenant().syncStream(on));
+  replyWhenDone(ctx, *on, ctx.tenant().streams().syncStream(on));
 }
 
 }  // namespace
@@ -267,7 +328,7 @@ void handleMemory(CallContext& ctx, wire::Call::Reader call) {
     case wire::Call::MEM_GET_INFO: return memGetInfo(ctx, call.getMemGetInfo());
     case wire::Call::HOST_REGISTER: return hostRegister(ctx, call.getHostRegister());
     case wire::Call::HOST_UNREGISTER:
-      return ctx.finish(ctx.tenant().unmapHostMemory(call.getHostUnregister().getClientAddress()));
+      return ctx.finish(ctx.tenant().hostMappings().unmap(call.getHostUnregister().getClientAddress()));
     default: return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
   }
 }

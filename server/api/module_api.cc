@@ -77,7 +77,7 @@ std::vector<std::pair<uint32_t, uint32_t>> paramLayout(CUfunction f) {
 }
 
 void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
-  session::ModuleState* m = ctx.tenant().module(args.getModule());
+  session::ModuleState* m = ctx.tenant().modules().module(args.getModule());
   if (m == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   m->gpu->makeCurrent();
   CUfunction f = nullptr;
@@ -95,7 +95,7 @@ void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
       state.ptb = nullptr;
     }
   }
-  const session::FunctionState& fn = ctx.tenant().addFunction(args.getFunction(), std::move(state));
+  const session::FunctionState& fn = ctx.tenant().modules().addFunction(args.getFunction(), std::move(state));
   ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
     auto info = reply.initFunction();
     auto params = info.initParams(static_cast<unsigned>(fn.params.size()));
@@ -113,13 +113,13 @@ void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
 }
 
 void getGlobal(CallContext& ctx, wire::ModuleGetGlobal::Reader args) {
-  session::ModuleState* m = ctx.tenant().module(args.getModule());
+  session::ModuleState* m = ctx.tenant().modules().module(args.getModule());
   if (m == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   m->gpu->makeCurrent();
   CUdeviceptr ptr = 0;
   size_t size = 0;
   CUresult r = cuModuleGetGlobal(&ptr, &size, m->module, args.getName().cStr());
-  if (r == CUDA_SUCCESS) ctx.tenant().addGlobalRange(ptr, size, m->gpu);
+  if (r == CUDA_SUCCESS) ctx.tenant().memory().addGlobal(ptr, size, m->gpu, args.getModule());
   ctx.finish(r, [&](wire::Reply::Builder reply) {
     auto global = reply.initGlobal();
     global.setPtr(ptr);
@@ -128,12 +128,12 @@ void getGlobal(CallContext& ctx, wire::ModuleGetGlobal::Reader args) {
 }
 
 void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
-  session::FunctionState* f = ctx.tenant().function(args.getFunction());
+  session::FunctionState* f = ctx.tenant().modules().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   f->gpu->makeCurrent();
   auto attribute = static_cast<CUfunction_attribute>(args.getAttribute());
   for (CUfunction changed : {f->function, f->sliced, f->ptb}) {
-    if (changed != nullptr) ctx.tenant().noteAttributeChange(f->module, changed, attribute);
+    if (changed != nullptr) ctx.tenant().modules().noteAttributeChange(f->module, changed, attribute);
   }
   CUresult r = cuFuncSetAttribute(f->function, attribute, args.getValue());
   // The variants run the same code with the same launch shape: they need the same settings
@@ -145,7 +145,7 @@ void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
 }
 
 void occupancy(CallContext& ctx, wire::Occupancy::Reader args) {
-  session::FunctionState* f = ctx.tenant().function(args.getFunction());
+  session::FunctionState* f = ctx.tenant().modules().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   f->gpu->makeCurrent();
   if (args.getAvailableDynamicSmem()) {

@@ -23,7 +23,7 @@ void queryStream(CallContext& ctx, uint64_t id) {
 }
 
 void waitEvent(CallContext& ctx, wire::StreamWaitEvent::Reader args) {
-  session::EventState* e = ctx.tenant().event(args.getEvent());
+  session::EventState* e = ctx.tenant().streams().event(args.getEvent());
   if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
@@ -31,7 +31,7 @@ void waitEvent(CallContext& ctx, wire::StreamWaitEvent::Reader args) {
 }
 
 void recordEvent(CallContext& ctx, wire::EventRecord::Reader args) {
-  session::EventState* e = ctx.tenant().event(args.getEvent());
+  session::EventState* e = ctx.tenant().streams().event(args.getEvent());
   if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
@@ -40,7 +40,7 @@ void recordEvent(CallContext& ctx, wire::EventRecord::Reader args) {
 }
 
 void queryEvent(CallContext& ctx, uint64_t id) {
-  session::EventState* e = ctx.tenant().event(id);
+  session::EventState* e = ctx.tenant().streams().event(id);
   if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   e->gpu->makeCurrent();
   ctx.finish(cuEventQuery(e->event));
@@ -48,17 +48,17 @@ void queryEvent(CallContext& ctx, uint64_t id) {
 
 // Waits on the event's most recent record as of now, even if it is recorded again later.
 void synchronizeEvent(CallContext& ctx, uint64_t id) {
-  session::EventState* e = ctx.tenant().event(id);
+  session::EventState* e = ctx.tenant().streams().event(id);
   if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   e->gpu->makeCurrent();
-  CUstream waiter = ctx.tenant().syncStream(e->gpu);
+  CUstream waiter = ctx.tenant().streams().syncStream(e->gpu);
   if (CUresult r = cuStreamWaitEvent(waiter, e->event, 0); r != CUDA_SUCCESS) return ctx.finish(r);
   replyWhenDone(ctx, *e->gpu, waiter);
 }
 
 void elapsedTime(CallContext& ctx, wire::EventElapsedTime::Reader args) {
-  session::EventState* start = ctx.tenant().event(args.getStart());
-  session::EventState* end = ctx.tenant().event(args.getEnd());
+  session::EventState* start = ctx.tenant().streams().event(args.getStart());
+  session::EventState* end = ctx.tenant().streams().event(args.getEnd());
   if (start == nullptr || end == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   start->gpu->makeCurrent();
   float ms = 0;
@@ -103,8 +103,8 @@ void hostFuncByMessages(CallContext& ctx, session::StreamState& s, uint64_t call
 // The same through two words of the client's shared memory (schema/stream.capnp): the stream
 // announces itself and waits; the client does the rest, without this thread.
 void hostFuncBySharedWords(CallContext& ctx, session::StreamState& s, wire::HostFunc::Reader args) {
-  auto reached = ctx.tenant().sharedWord(args.getReachedWord());
-  auto done = ctx.tenant().sharedWord(args.getDoneWord());
+  auto reached = ctx.tenant().hostMappings().sharedWord(args.getReachedWord());
+  auto done = ctx.tenant().hostMappings().sharedWord(args.getDoneWord());
   if (!reached || !done) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   uint32_t sequence = args.getSharedSequence();
   CUresult r = cuStreamWriteValue32(s.stream, reached->device, sequence, CU_STREAM_WRITE_VALUE_DEFAULT);
@@ -140,17 +140,17 @@ void handleStream(CallContext& ctx, wire::Call::Reader call) {
   switch (call.which()) {
     case wire::Call::STREAM_CREATE: {
       auto a = call.getStreamCreate();
-      return ctx.finish(t.createStream(a.getDevice(), a.getStream(), a.getNonBlocking(), a.getPriority()));
+      return ctx.finish(t.streams().createStream(a.getDevice(), a.getStream(), a.getNonBlocking(), a.getPriority()));
     }
-    case wire::Call::STREAM_DESTROY: return ctx.finish(t.destroyStream(call.getStreamDestroy().getStream()));
+    case wire::Call::STREAM_DESTROY: return ctx.finish(t.streams().destroyStream(call.getStreamDestroy().getStream()));
     case wire::Call::STREAM_SYNCHRONIZE: return synchronizeStream(ctx, call.getStreamSynchronize().getStream());
     case wire::Call::STREAM_QUERY: return queryStream(ctx, call.getStreamQuery().getStream());
     case wire::Call::STREAM_WAIT_EVENT: return waitEvent(ctx, call.getStreamWaitEvent());
     case wire::Call::EVENT_CREATE: {
       auto a = call.getEventCreate();
-      return ctx.finish(t.createEvent(a.getDevice(), a.getEvent(), a.getFlags()));
+      return ctx.finish(t.streams().createEvent(a.getDevice(), a.getEvent(), a.getFlags()));
     }
-    case wire::Call::EVENT_DESTROY: return ctx.finish(t.destroyEvent(call.getEventDestroy().getEvent()));
+    case wire::Call::EVENT_DESTROY: return ctx.finish(t.streams().destroyEvent(call.getEventDestroy().getEvent()));
     case wire::Call::EVENT_RECORD: return recordEvent(ctx, call.getEventRecord());
     case wire::Call::EVENT_QUERY: return queryEvent(ctx, call.getEventQuery().getEvent());
     case wire::Call::EVENT_SYNCHRONIZE: return synchronizeEvent(ctx, call.getEventSynchronize().getEvent());

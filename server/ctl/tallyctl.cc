@@ -97,6 +97,12 @@ void printStatus(tally::wire::ServerStatus::Reader s) {
   for (auto g : s.getGpus()) fmt::print("  gpu {}   {}\n", g.getOrdinal(), g.getName().cStr());
   fmt::print("draining  {}\n", s.getDraining() ? "yes (new tenants are refused)" : "no");
   fmt::print("tenants   {}\n", s.getTenantCount());
+  fmt::print("faults    {}\n", s.getFaults());
+  if (s.getLastFault().size() > 0) fmt::print("  last    {}\n", s.getLastFault().cStr());
+  for (auto t : s.getFaultsByTenant()) {
+    std::string refused = t.getRefusedForSeconds() > 0 ? fmt::format(", refused for {} s more", t.getRefusedForSeconds()) : "";
+    fmt::print("  tenant  {}: {} fault(s){}\n", t.getName().cStr(), t.getFaults(), refused);
+  }
 }
 
 void printTenants(capnp::List<tally::wire::TenantInfo>::Reader tenants) {

@@ -118,6 +118,12 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
                description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
 }
 
+CUresult Gpu::probe() const {
+  makeCurrent();
+  size_t value = 0;
+  return cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE);
+}
+
 int Gpu::multiprocessors() const { return description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]; }
 
 Gpu::~Gpu() {
@@ -141,7 +147,7 @@ void Gpu::makeCurrent() const { makeContextCurrent(context_); }
 
 void Gpu::tenantArrived() {
   std::lock_guard lock(tenantsMutex_);
-  ++tenants_;
+  if (++tenants_ == 1) staging_->noteTenantsPresent();  // under the lock: ordered with noteNoTenant
 }
 
 void Gpu::tenantLeft() {
@@ -149,6 +155,9 @@ void Gpu::tenantLeft() {
     std::lock_guard lock(tenantsMutex_);
     if (tenants_ > 0) --tenants_;
     if (tenants_ > 0) return;
+    // No kernel runs now, so giving pinned staging back waits for nothing (staging_pool.h).
+    size_t staged = staging_->noteNoTenant();
+    if (staged > 0) spdlog::info("GPU {}: no tenant left; returned {} MiB of pinned staging", description_.ordinal, staged >> 20);
   }
   size_t unloaded = modulePool_->unloadIdle();
   size_t trimmed = 0;

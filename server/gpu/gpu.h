@@ -50,6 +50,8 @@ class Gpu {
   // "sm_90": the architecture kernel variants are compiled for.
   std::string arch() const { return "sm_" + std::to_string(description_.major * 10 + description_.minor); }
   int multiprocessors() const;
+  // A driver call that touches no stream: returns the context's sticky error once a kernel faulted.
+  CUresult probe() const;
   // The PTB helper kernels (variant_launch.h) in this context, loaded at startup; nullptr if
   // they could not be loaded.
   const PtbHelpers* ptbHelpers() const { return ptbHelpers_.get(); }

@@ -4,6 +4,13 @@
 
 namespace tally::server::gpu {
 
+CUresult clearThenFree(CUdeviceptr ptr, size_t size, CUstream stream) {
+  if (size > 0) {
+    if (CUresult r = cuMemsetD8Async(ptr, 0, size, stream); r != CUDA_SUCCESS) return r;
+  }
+  return cuMemFreeAsync(ptr, stream);
+}
+
 std::unique_ptr<MemoryPool> MemoryPool::create(CUdevice device, std::string& error) {
   CUmemPoolProps props = {};
   props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;

@@ -13,7 +13,9 @@ namespace {
 // Every key of a [[tenant]] entry; anything else is an error.
 const std::set<std::string> kTenantKeys = {"name",         "token_sha256",       "unix_uid",   "tls_subject",
                                            "allowed_priority", "cap_priority", "memory_quota_bytes", "max_streams",
-                                           "max_calls_per_second", "staging_mib"};
+                                           "max_events", "max_modules", "max_host_mappings",
+                                           "max_calls_per_second", "staging_mib", "max_stack_bytes",
+                                           "max_malloc_heap_bytes", "max_printf_fifo_bytes", "max_pending_launches"};
 
 // Reads an optional integer key into `out`, checking its type and range [low, high].
 template <typename T>
@@ -69,6 +71,23 @@ bool checkTenantKeys(const toml::table& table, std::string& error) {
   return true;
 }
 
+// The certificate's whole subject in RFC 2253 form, as tallyd logs it ("CN=inference-1,O=Example").
+bool readTlsSubject(const toml::node& node, session::TenantRule& rule, std::string& error) {
+  if (!node.is_string() || node.value<std::string>()->empty()) {
+    error = "'tls_subject' must be a non-empty string such as \"CN=inference-1,O=Example\"";
+    return false;
+  }
+  std::string subject = *node.value<std::string>();
+  if (subject.front() == '/') {
+    error = fmt::format("'tls_subject' = \"{}\" is OpenSSL's one-line form; tallyd compares the whole subject in "
+                        "RFC 2253 form, most specific first, as it logs it (e.g. \"CN=inference-1,O=Example\")",
+                        subject);
+    return false;
+  }
+  rule.tlsSubject = std::move(subject);
+  return true;
+}
+
 bool readCredentials(const toml::table& table, session::TenantRule& rule, std::string& error) {
   std::optional<std::string> hash;
   if (!readString(table, "token_sha256", hash, error)) return false;
@@ -86,11 +105,7 @@ bool readCredentials(const toml::table& table, session::TenantRule& rule, std::s
     rule.unixUid = uid;
   }
   if (const toml::node* subject = table.get("tls_subject")) {
-    if (!subject->is_string() || subject->value<std::string>()->empty()) {
-      error = "'tls_subject' must be a non-empty string such as \"/CN=inference-1\"";
-      return false;
-    }
-    rule.tlsSubject = *subject->value<std::string>();
+    if (!readTlsSubject(*subject, rule, error)) return false;
   }
   if (!rule.tokenSha256 && !rule.unixUid && !rule.tlsSubject) {
     error = "needs 'token_sha256', 'unix_uid' or 'tls_subject' (any combination must all match)";
@@ -105,6 +120,15 @@ bool readStagingBudget(const toml::table& table, session::TenantLimits& limits, 
   if (!readInteger(table, "staging_mib", mib, 1, 1 << 16, error)) return false;
   limits.stagingBytes = mib << 20;
   return true;
+}
+
+// The most the tenant may raise the shared context's limits to (0: no maximum).
+bool readContextLimitMaxima(const toml::table& table, session::TenantLimits& limits, std::string& error) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return readInteger(table, "max_stack_bytes", limits.maxStackBytes, 0, kMax, error) &&
+         readInteger(table, "max_malloc_heap_bytes", limits.maxMallocHeapBytes, 0, kMax, error) &&
+         readInteger(table, "max_printf_fifo_bytes", limits.maxPrintfFifoBytes, 0, kMax, error) &&
+         readInteger(table, "max_pending_launches", limits.maxPendingLaunches, 0, kMax, error);
 }
 
 bool readTenant(const toml::table& table, session::TenantRule& rule, std::string& error) {
@@ -127,8 +151,12 @@ bool readTenant(const toml::table& table, session::TenantRule& rule, std::string
          readInteger(table, "memory_quota_bytes", rule.limits.memoryQuotaBytes, 0,
                      std::numeric_limits<int64_t>::max(), error) &&
          readInteger(table, "max_streams", rule.limits.maxStreams, 0, std::numeric_limits<int32_t>::max(), error) &&
+         readInteger(table, "max_events", rule.limits.maxEvents, 0, std::numeric_limits<int32_t>::max(), error) &&
+         readInteger(table, "max_modules", rule.limits.maxModules, 0, std::numeric_limits<int32_t>::max(), error) &&
+         readInteger(table, "max_host_mappings", rule.limits.maxHostMappings, 0, std::numeric_limits<int32_t>::max(),
+                     error) &&
          readInteger(table, "max_calls_per_second", rule.limits.maxCallsPerSecond, 0, 100'000'000, error) &&
-         readStagingBudget(table, rule.limits, error);
+         readStagingBudget(table, rule.limits, error) && readContextLimitMaxima(table, rule.limits, error);
 }
 
 // Names and credentials (token hash, uid, certificate subject together) must be unique, or a
@@ -175,6 +203,25 @@ bool readTenants(const toml::table& table, session::AuthPolicy& auth, std::strin
   return checkUnique(auth.tenants, error);
 }
 
+// handshake_timeout_ms and max_connections: what unauthenticated peers may hold.
+bool readConnectionLimits(const toml::table& table, Config& config, std::string& error) {
+  return readInteger(table, "handshake_timeout_ms", config.handshakeTimeoutMs, 100, 600'000, error) &&
+         readInteger(table, "max_connections", config.maxConnections, 1, 1'000'000, error);
+}
+
+// kernel_timeout_s and fault_quarantine_*: what a faulting tenant costs the others.
+bool readFaultLimits(const toml::table& table, Config& config, std::string& error) {
+  unsigned window = static_cast<unsigned>(config.quarantine.window.count());
+  unsigned duration = static_cast<unsigned>(config.quarantine.duration.count());
+  bool ok = readInteger(table, "kernel_timeout_s", config.kernelTimeoutSeconds, 0, 86'400, error) &&
+            readInteger(table, "fault_quarantine_after", config.quarantine.after, 0, 1'000, error) &&
+            readInteger(table, "fault_quarantine_window_s", window, 1, 604'800, error) &&
+            readInteger(table, "fault_quarantine_s", duration, 0, 604'800, error);
+  config.quarantine.window = std::chrono::seconds(window);
+  config.quarantine.duration = std::chrono::seconds(duration);
+  return ok;
+}
+
 }  // namespace
 
 bool parseAdminSocket(const std::string& text, std::string& path, std::string& error) {
@@ -204,7 +251,10 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
                                                "priority_transforms", "priority_stream_priorities",
                                                "priority_max_pause_us", "tls_cert", "tls_key", "tls_client_ca",
-                                               "allow_plain_tcp", "metrics_listen"};
+                                               "allow_plain_tcp", "metrics_listen", "handshake_timeout_ms",
+                                               "max_connections", "allow_anonymous_high_priority",
+                                               "kernel_timeout_s", "fault_quarantine_after", "fault_quarantine_window_s",
+                                               "fault_quarantine_s"};
   for (auto&& [key, value] : table) {
     if (kKnown.count(std::string(key.str())) == 0) {
       error = fmt::format("{}: unknown key '{}'", path, key.str());
@@ -251,7 +301,9 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   std::string why;
   std::optional<std::string> admin;
   if (!readString(table, "admin_socket", admin, why) || (admin && !parseAdminSocket(*admin, config.adminSocket, why)) ||
-      !readBool(table, "require_auth", config.auth.requireAuth, why) || !readTenants(table, config.auth, why)) {
+      !readConnectionLimits(table, config, why) || !readFaultLimits(table, config, why) || !readBool(table, "require_auth", config.auth.requireAuth, why) ||
+      !readBool(table, "allow_anonymous_high_priority", config.auth.allowAnonymousHighPriority, why) ||
+      !readTenants(table, config.auth, why)) {
     error = fmt::format("{}: {}", path, why);
     return false;
   }

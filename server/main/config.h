@@ -4,6 +4,7 @@
 #include "server/scheduler/policy.h"
 
 #include "server/session/auth.h"
+#include "server/session/fault_history.h"
 
 #include <cstdint>
 #include <string>
@@ -24,7 +25,17 @@ struct Config {
   uint32_t maxBulkBytes = 64u << 20;
   unsigned inlineWaitMicros = 50;
   unsigned pollMicros = 50;
+  // A peer that has not completed its Hello this long after connecting (TLS handshake
+  // included) is dropped: an unauthenticated peer must not hold a thread for good.
+  unsigned handshakeTimeoutMs = 5000;
+  // Connections held at once (handshakes, tenants, tenants being released); over it a new one
+  // is refused with the reason before any thread is started for it.
+  unsigned maxConnections = 256;
   session::AuthPolicy auth;  // require_auth and the [[tenant]] rules
+  // A tenant's launched work that has not completed after this long counts as a fault of the
+  // shared context (gpu/fault_monitor.h); 0: no limit.
+  unsigned kernelTimeoutSeconds = 0;
+  session::QuarantineRule quarantine;  // tenants that fault again and again are refused a while
   // Kernel transforms for best-effort tenants: "off", "lazy" (compile in the background, use
   // the variants from the next load on) or "stress" (test aid: compile before the load returns
   // and run every launch as a random variant).

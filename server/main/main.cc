@@ -3,15 +3,18 @@
 #include "server/admin/admin_server.h"
 #include "server/admin/metrics_server.h"
 #include "server/api/call_context.h"
+#include "server/gpu/fault_monitor.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
 #include "server/main/config.h"
 #include "server/main/flags.h"
+#include "server/main/restart.h"
 #include "server/session/session.h"
 #include "server/transport/listener.h"
 
 #include <spdlog/spdlog.h>
 
+#include <capnp/serialize.h>
 #include <execinfo.h>
 #include <unistd.h>
 
@@ -31,22 +34,46 @@ namespace {
 // them to the control socket.
 class SessionRegistry final : public transport::ConnectionSink, public admin::SessionSource {
  public:
+  static constexpr std::chrono::milliseconds kNoticeGrace{500};
+
   SessionRegistry(api::Services& services, const std::atomic<bool>& draining)
       : services_(services), draining_(draining) {}
 
   // tally::server::transport::ConnectionSink
-  void onConnection(int fd, transport::Peer peer) override {
+  void onConnection(int fd, transport::Peer peer, transport::ConnectionSlot slot) override {
     uint64_t id = nextTenantId_++;
     auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer.description), peer.unixSocket, std::move(peer.tlsSubject)},
                                                 services_, id, draining_);
     {
       std::lock_guard lock(mutex_);
       sessions_.emplace(id, s);
+      slots_.emplace(id, std::move(slot));  // given back when the session has ended
     }
     s->start([this](session::Session& ended) {
       std::lock_guard lock(mutex_);
       sessions_.erase(ended.tenantId());
+      slots_.erase(ended.tenantId());
     });
+  }
+
+  std::vector<char> refusalFrame(const std::string& why) override {
+    capnp::MallocMessageBuilder message;
+    session::buildRefusal(message, why);
+    std::vector<char> bytes;
+    frame::appendFrame(bytes, capnp::messageToFlatArray(message), 0);
+    return bytes;
+  }
+
+  // The shared context is lost: every tenant is told what its calls return from now on, and the
+  // notices are given a moment to leave before tallyd starts over.
+  void tellContextLost(const gpu::FaultVerdict& verdict) {
+    std::vector<std::shared_ptr<session::Session>> live = liveSessions();
+    for (auto& s : live) s->tellContextLost(verdict);
+    auto deadline = std::chrono::steady_clock::now() + kNoticeGrace;
+    for (auto& s : live) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      s->drainOutbox(std::max(left, std::chrono::milliseconds(0)));
+    }
   }
 
   void onStop() override {
@@ -73,6 +100,7 @@ class SessionRegistry final : public transport::ConnectionSink, public admin::Se
   std::atomic<uint64_t> nextTenantId_{1};
   std::mutex mutex_;
   std::map<uint64_t, std::shared_ptr<session::Session>> sessions_;
+  std::map<uint64_t, transport::ConnectionSlot> slots_;
 };
 
 bool isLoopback(const std::string& host) {
@@ -84,6 +112,8 @@ bool isLoopback(const std::string& host) {
 bool listenOptionsFor(const Config& config, transport::ListenOptions& options, std::string& error,
                       std::string& tlsError) {
   options.unixSocketMode = config.unixSocketMode;
+  options.maxConnections = config.maxConnections;
+  options.handshakeTimeoutMs = config.handshakeTimeoutMs;
   for (const std::string& text : config.listen) {
     auto endpoint = address::parseEndpoint(text, error);
     if (!endpoint) return false;
@@ -111,8 +141,23 @@ void onFatalSignal(int signum) {
   std::raise(signum);
 }
 
+// After a fault: tells every tenant, records the fault, and starts tallyd over (restart.h).
+void recoverFrom(const gpu::FaultVerdict& verdict, SessionRegistry& registry, session::FaultHistory& history) {
+  auto started = std::chrono::steady_clock::now();
+  registry.tellContextLost(verdict);
+  std::vector<std::string> culprits;
+  for (const auto& [id, name] : verdict.culprits) culprits.push_back(name);
+  history.record(culprits, verdict.reason, verdict.at);
+  spdlog::error("GPU fault: {} tenant(s) told in {:.0f} ms; {} fault(s) since tallyd first started", verdict.tenantsAffected,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+                history.total());
+  startOver(history.serialize());
+  std::_Exit(75);  // exec failed: systemd (Restart=on-failure) starts a fresh tallyd instead
+}
+
 int run(int argc, char** argv) {
   auto startedAt = std::chrono::steady_clock::now();
+  rememberCommandLine(argc, argv);
   for (int s : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(s, onFatalSignal);
   std::signal(SIGPIPE, SIG_IGN);
   CommandLine flags;
@@ -162,6 +207,7 @@ int run(int argc, char** argv) {
   services.limits.maxBulkBytes = config.maxBulkBytes;
   services.inlineWaitMicros = config.inlineWaitMicros;
   services.pollMicros = config.pollMicros;
+  services.handshakeTimeoutMs = config.handshakeTimeoutMs;
   services.auth = config.auth;
   std::unique_ptr<scheduler::Policy> policyImpl = scheduler::makePolicy(config.scheduler, services.gpus, error);
   if (!policyImpl) {
@@ -190,11 +236,33 @@ int run(int argc, char** argv) {
     spdlog::info("kernel transforms {} for best-effort tenants, compiled variants in {}{}", config.transform,
                  config.cacheDir, services.stress ? fmt::format(" (STRESS MODE, seed {})", services.stressSeed) : "");
   }
-  spdlog::info("{} tenant rule{}, authentication {}", config.auth.tenants.size(),
-               config.auth.tenants.size() == 1 ? "" : "s", config.auth.requireAuth ? "required" : "optional");
+  spdlog::info("{} tenant rule{}, authentication {}; at most {} connections, {} ms for a handshake",
+               config.auth.tenants.size(), config.auth.tenants.size() == 1 ? "" : "s",
+               config.auth.requireAuth ? "required" : "optional", config.maxConnections, config.handshakeTimeoutMs);
+
+  session::FaultHistory faultHistory(config.quarantine);
+  if (std::string previous = takeFaultHistory(); !previous.empty()) {
+    if (faultHistory.parse(previous)) {
+      spdlog::warn("tallyd started over after a GPU fault: {} (faults so far: {})", faultHistory.lastSummary(),
+                   faultHistory.total());
+    } else {
+      spdlog::warn("ignoring an unreadable fault history from the previous tallyd");
+    }
+  }
+  services.faultHistory = &faultHistory;
 
   std::atomic<bool> draining{false};
   SessionRegistry registry(services, draining);
+  // Created after the registry it tells, destroyed before it.
+  std::optional<gpu::FaultMonitor> faultMonitor;
+  if (!gpus.empty()) {
+    gpu::FaultMonitor::Options faultOptions;
+    faultOptions.kernelTimeoutSeconds = config.kernelTimeoutSeconds;
+    faultMonitor.emplace(faultOptions, services.gpus, [&registry, &faultHistory](const gpu::FaultVerdict& v) {
+      recoverFrom(v, registry, faultHistory);
+    });
+    services.faults = &*faultMonitor;
+  }
   transport::Listener listener(listenOptions, registry);
   if (!listener.bind(error)) {
     spdlog::error("{}", error);
@@ -205,7 +273,7 @@ int run(int argc, char** argv) {
   if (!config.adminSocket.empty()) {
     std::vector<std::string> gpuNames;
     for (auto& g : gpus) gpuNames.push_back(g->description().name);
-    adminServer.emplace(config.adminSocket, admin::AdminState{std::move(gpuNames), startedAt, draining, registry});
+    adminServer.emplace(config.adminSocket, admin::AdminState{std::move(gpuNames), startedAt, draining, registry, &faultHistory});
     // tallyd still serves tenants without its control socket (e.g. two tallyds, one default path).
     if (!adminServer->start(error)) {
       spdlog::error("{}; tallyctl cannot reach this tallyd", error);
@@ -223,7 +291,7 @@ int run(int argc, char** argv) {
     std::vector<std::string> gpuNames;
     for (auto& g : gpus) gpuNames.push_back(g->description().name);
     metrics.emplace(config.metricsListen.substr(0, colon), static_cast<uint16_t>(port),
-                    admin::AdminState{std::move(gpuNames), startedAt, draining, registry});
+                    admin::AdminState{std::move(gpuNames), startedAt, draining, registry, &faultHistory});
     if (!metrics->start(error)) {
       spdlog::error("{}", error);
       return 1;

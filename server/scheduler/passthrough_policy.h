@@ -6,6 +6,8 @@ namespace tally::server::scheduler {
 
 // Pointers to each parameter's bytes inside k.paramBuffer, as cuLaunchKernel takes them.
 std::vector<void*> parameterPointers(const KernelLaunch& k);
+// Launches k.original as it is, with its attributes if it has any; every policy's way to the GPU.
+CUresult launchOriginal(const KernelLaunch& k, void** params);
 
 class PassthroughPolicy final : public Policy {
  public:

@@ -50,6 +50,9 @@ struct KernelLaunch {
   std::span<const uint8_t> paramBuffer;                          // the kernel's parameter bytes
   void** paramPointers = nullptr;                                // into paramBuffer, one per parameter
   const std::vector<std::pair<uint32_t, uint32_t>>* paramLayout;  // (offset, size) per parameter
+  // Launch attributes (cooperative, cluster shape, a priority already clamped to the tenant's
+  // class): the kernel then goes through cuLaunchKernelEx, and never as a variant.
+  std::span<const CUlaunchAttribute> attributes;
   // Per-tenant counters the policy keeps current (tallyctl stats).
   std::atomic<uint64_t>* slicedLaunches = nullptr;
   std::atomic<uint64_t>* ptbLaunches = nullptr;
@@ -65,7 +68,7 @@ class Policy {
   // The CUDA stream priority every stream of a tenant of this class gets; nullopt: the one the
   // application asks for.
   virtual std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const = 0;
-  // Enqueues (or arranges) a kernel launch without launch attributes.
+  // Enqueues (or arranges) a kernel launch (the original kernel via launchOriginal).
   virtual CUresult launch(const KernelLaunch& k) = 0;
   // A tenant enqueued other stream work (copy, memset, event, wait) on `stream`.
   virtual void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) = 0;

@@ -197,8 +197,7 @@ CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
     if (s != nullptr && s->activity.submitted(now())) closeGate(*s);
   }
   std::vector<void*> params = parameterPointers(k);
-  CUresult r = cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
-                              k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params.data(), nullptr);
+  CUresult r = launchOriginal(k, params.data());
   if (r == CUDA_SUCCESS && s != nullptr) markHpWork(*s, {k.tenant, k.streamId}, k.stream);
   return r;
 }
@@ -360,8 +359,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     }
   }
   if (m.start != nullptr) cuEventRecord(m.start, k.stream);
-  CUresult r = cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
-                              k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params.data(), nullptr);
+  CUresult r = launchOriginal(k, params.data());
   markInFlight(*lane, k.stream);
   if (m.start != nullptr) {
     cuEventRecord(m.end, k.stream);

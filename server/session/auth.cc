@@ -49,6 +49,13 @@ const TenantRule* matchIdentity(const AuthPolicy& policy, std::optional<uint32_t
   return nullptr;
 }
 
+bool hasUidRule(const AuthPolicy& policy) {
+  for (const TenantRule& rule : policy.tenants) {
+    if (rule.unixUid) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool parseSha256Hex(std::string_view hex, Sha256& out) {
@@ -73,6 +80,10 @@ AuthResult authenticate(const AuthPolicy& policy, std::span<const uint8_t> token
     return {nullptr, "unknown token"};
   }
   if (const TenantRule* rule = matchIdentity(policy, unixUid, tlsSubject)) return {rule, {}};
+  if (!unixUid && hasUidRule(policy)) {
+    return {nullptr, "authentication required: this tallyd identifies local users by unix_uid, which a TCP peer "
+                     "does not have; connect over the Unix socket or send a token (TALLY_TOKEN)"};
+  }
   if (!policy.requireAuth) return {};
   if (!tlsSubject.empty()) {
     return {nullptr, fmt::format("authentication required: no token, and no tls_subject rule matches {}", tlsSubject)};
@@ -88,6 +99,13 @@ PriorityDecision decidePriority(const TenantRule& rule, PriorityClass requested)
   if (!tooHigh) return {requested, false, {}};
   if (rule.capPriority) return {PriorityClass::kBestEffort, true, {}};
   return {requested, false, fmt::format("tenant {} may not request high priority", rule.name)};
+}
+
+PriorityDecision decideAnonymousPriority(const AuthPolicy& policy, bool unixPeer, PriorityClass requested) {
+  if (requested != PriorityClass::kHigh || unixPeer || policy.allowAnonymousHighPriority) return {requested, false, {}};
+  return {requested, false,
+          "an anonymous TCP peer may not request high priority (a [[tenant]] rule with a token can allow it, or "
+          "allow_anonymous_high_priority = true)"};
 }
 
 bool withinQuota(size_t used, size_t request, size_t quota) {

@@ -64,6 +64,11 @@ void Outbox::send(capnp::MessageBuilder& message, std::vector<iovec> bulk, std::
   wake_.notify_one();
 }
 
+bool Outbox::drain(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return drained_.wait_for(lock, timeout, [&] { return (queue_.empty() && !writerBusy_) || failed_; });
+}
+
 void Outbox::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -77,6 +82,7 @@ void Outbox::run() {
     item = Item{};
     lock.lock();
     writerBusy_ = false;
+    if (queue_.empty()) drained_.notify_all();
   }
 }
 

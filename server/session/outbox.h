@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -31,6 +32,8 @@ class Outbox {
   void send(capnp::MessageBuilder& message, std::vector<iovec> bulk = {}, std::shared_ptr<void> keepalive = {});
   // Stops the writer; later sends are dropped.
   void close();
+  // Waits until everything sent so far is written (or failed), at most `timeout`; true if it was.
+  bool drain(std::chrono::milliseconds timeout);
   bool failed() const { return failed_.load(); }
 
  private:
@@ -46,6 +49,7 @@ class Outbox {
   int fd_;
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable drained_;
   std::deque<Item> queue_;
   bool writerBusy_ = false;
   bool closing_ = false;

@@ -37,13 +37,17 @@ void Session::join() {
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
-void Session::refuse(const std::string& why, const std::string& detail) {
-  spdlog::warn("refused {}: {}{}", peer_.description, why, detail);
-  capnp::MallocMessageBuilder message;
+void buildRefusal(capnp::MessageBuilder& message, const std::string& why) {
   auto welcome = message.initRoot<wire::ServerMessage>().initWelcome();
   welcome.setAccepted(false);
   welcome.setError(why);
   welcome.setProtocolVersion(wire::PROTOCOL_VERSION);
+}
+
+void Session::refuse(const std::string& why, const std::string& detail) {
+  spdlog::warn("refused {}: {}{}", peer_.description, why, detail);
+  capnp::MallocMessageBuilder message;
+  buildRefusal(message, why);
   outbox_->send(message);
 }
 
@@ -106,7 +110,9 @@ std::optional<Session::Admission> Session::admit(wire::Hello::Reader hello) {
   TenantRule anonymous;
   anonymous.name = claimed;
   const TenantRule& rule = auth.rule != nullptr ? *auth.rule : anonymous;
-  PriorityDecision priority = decidePriority(rule, requestedPriority(hello));
+  PriorityDecision priority = auth.rule != nullptr
+                                  ? decidePriority(rule, requestedPriority(hello))
+                                  : decideAnonymousPriority(services_.auth, peer_.unixSocket, requestedPriority(hello));
   if (!priority.error.empty()) {
     refuse(priority.error);
     return std::nullopt;
@@ -123,7 +129,17 @@ std::optional<Session::Admission> Session::admit(wire::Hello::Reader hello) {
 
 bool Session::handshake(frame::StreamReader& reader) {
   frame::IncomingFrame frame;
+  // Until it is admitted a peer is anonymous: it gets handshake_timeout_ms for its whole Hello,
+  // however slowly it sends it, and no more.
+  const auto timeout = std::chrono::milliseconds(services_.handshakeTimeoutMs);
+  reader.setDeadline(frame::StreamReader::Clock::now() + timeout);
   frame::IoStatus status = frame.readMessage(reader, services_.limits);
+  reader.setDeadline(std::nullopt);
+  if (status.timedOut) {
+    spdlog::warn("handshake with {} failed: no complete Hello within {} ms (handshake_timeout_ms); dropped",
+                 peer_.description, services_.handshakeTimeoutMs);
+    return false;
+  }
   if (!status.ok) {
     spdlog::warn("handshake with {} failed: {}", peer_.description, status.error);
     return false;
@@ -154,11 +170,16 @@ bool Session::greet(frame::IncomingFrame& frame) {
     refuse("tallyd is draining", fmt::format(" (tenant {})", admission->name));
     return false;
   }
+  if (std::string why = quarantineOf(admission->name); !why.empty()) {
+    refuse(why);
+    return false;
+  }
   if (services_.gpus.empty()) {
     refuse("no GPU is visible to tallyd", fmt::format(" (tenant {})", admission->name));
     return false;
   }
   tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, services_.gpus, admission->limits);
+  if (services_.faults != nullptr) faultEvidence_ = services_.faults->enroll(tenantId_, admission->name);
   rateLimit_ = CallRateLimit(admission->limits.maxCallsPerSecond);
   if (services_.policy != nullptr) {
     const bool high = admission->priority == PriorityClass::kHigh;
@@ -206,6 +227,8 @@ bool Session::serve(frame::StreamReader& reader) {
         throttle();
         BusyMark busy(tenant_->counters(), static_cast<int32_t>(call.which()));
         api::CallContext ctx(*tenant_, outbox_, reader, bulkLeft, call.getId(), services_);
+        ctx.setFaultEvidence(faultEvidence_);
+        if (faultEvidence_ && call.isLaunchKernel()) faultEvidence_->noteLaunch();
         if (!api::dispatch(ctx, call)) {
           spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), ctx.protocolErrorText());
           return false;
@@ -248,6 +271,30 @@ uint64_t Session::watchForHangup() {
   });
 }
 
+std::string Session::quarantineOf(const std::string& name) const {
+  if (services_.faultHistory == nullptr) return {};
+  auto until = services_.faultHistory->refusedUntil(name, FaultHistory::Clock::now());
+  if (!until) return {};
+  auto left = std::chrono::duration_cast<std::chrono::seconds>(*until - FaultHistory::Clock::now()).count();
+  return fmt::format("tenant {} made the GPU fault {} times recently; refused for another {} s (fault_quarantine_s)",
+                     name, services_.faultHistory->faultsByTenant()[name], left);
+}
+
+void Session::tellContextLost(const gpu::FaultVerdict& verdict) {
+  if (!admitted_.load(std::memory_order_acquire)) return;
+  const bool culprit = verdict.culprits.count(tenantId_) != 0;
+  capnp::MallocMessageBuilder message;
+  auto lost = message.initRoot<wire::ServerMessage>().initContextLost();
+  lost.setStatus(culprit ? verdict.code : gpu::kContextResetError);
+  auto names = lost.initFaultingTenants(static_cast<unsigned>(verdict.culprits.size()));
+  unsigned i = 0;
+  for (const auto& [id, name] : verdict.culprits) names.set(i++, name);
+  lost.setReason(verdict.reason);
+  outbox_->send(message);
+}
+
+bool Session::drainOutbox(std::chrono::milliseconds timeout) { return outbox_->drain(timeout); }
+
 void Session::run() {
   frame::StreamReader reader(fd_);
   reader.setSpinMicros(services_.pollMicros);
@@ -264,6 +311,7 @@ void Session::run() {
     BusyMark busy(tenant_->counters(), TenantCounters::kBusyReleasing);
     tenant_->release();
     if (services_.policy != nullptr) services_.policy->tenantReleased(tenant_->id());
+    if (faultEvidence_) services_.faults->leave(tenant_->id());
   }
   outbox_->close();
   if (onExit_) onExit_(*this);

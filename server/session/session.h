@@ -21,6 +21,10 @@ struct PeerInfo {
   std::string tlsSubject;   // a TLS peer's verified client certificate subject
 };
 
+// Fills `message` with the Welcome that refuses a peer, saying why: sent by the handshake, and
+// by tallyd alone to a connection it starts no session for (max_connections).
+void buildRefusal(capnp::MessageBuilder& message, const std::string& why);
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // While `draining` is true the handshake refuses new tenants ("tallyd is draining").
@@ -34,6 +38,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void join();
 
   uint64_t tenantId() const { return tenantId_; }
+
+  // The shared context is lost (gpu/fault_monitor.h): tells the client what every later call of
+  // it returns. From any thread; a peer not yet admitted is told nothing (it is refused anyway).
+  void tellContextLost(const gpu::FaultVerdict& verdict);
+  // Waits (at most `timeout`) until what was sent to the client is written.
+  bool drainOutbox(std::chrono::milliseconds timeout);
   const PeerInfo& peer() const { return peer_; }
 
   // For the control socket, from any thread: the tenant once the handshake admitted it
@@ -57,6 +67,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);
   void throttle();
+  // Why the tenant `name` is refused for faulting the GPU too often; empty: it is not.
+  std::string quarantineOf(const std::string& name) const;
   // Registers the connection with services_.hangups (0: none).
   uint64_t watchForHangup();
   // Sends Welcome{accepted=false, error=why} and logs the peer, why and `detail`.
@@ -69,6 +81,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::atomic<bool>& draining_;
   std::shared_ptr<Outbox> outbox_;
   std::unique_ptr<Tenant> tenant_;
+  std::shared_ptr<gpu::FaultEvidence> faultEvidence_;
   CallRateLimit rateLimit_{0};
   bool throttleLogged_ = false;
   std::chrono::system_clock::time_point admittedAt_;

@@ -1,5 +1,7 @@
 #include "server/transport/listener.h"
 
+#include "server/transport/unix_socket_file.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -13,8 +15,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 
 namespace tally::server::transport {
@@ -31,8 +33,14 @@ struct Listener::State {
   uv_signal_t sigint{};
   uv_signal_t sigterm{};
   uv_async_t stopAsync{};
+  ConnectionSlots slots;
+  // Refusals for max_connections are logged at most once a second (a flood must not flood
+  // the journal too); loop thread only.
+  std::chrono::steady_clock::time_point lastRefusalLog{};
+  uint64_t refusalsLogged = 0;
+  size_t lingering = 0;  // refused connections still on the loop (LingeringRefusal)
 
-  State(ListenOptions o, ConnectionSink& s) : options(std::move(o)), sink(s) {}
+  State(ListenOptions o, ConnectionSink& s) : options(std::move(o)), sink(s), slots(options.maxConnections) {}
 };
 
 namespace {
@@ -79,6 +87,81 @@ int detachAccepted(uv_stream_t* client) {
   return owned;
 }
 
+// A connection refused for max_connections stays on the loop, without a thread, for up to
+// kLingerMs: the refusal is written at once, then end of file, and what the peer sends (its
+// Hello) is read and dropped until it closes. Closed at once, a Unix-socket peer writing its Hello would see only
+// EPIPE, not the reason. At most kMaxLingering wait at once; more are closed right away.
+constexpr uint64_t kLingerMs = 1000;
+constexpr size_t kMaxLingering = 64;
+
+struct LingeringRefusal {
+  Listener::State* state;
+  uv_stream_t* client;
+  std::vector<char> bytes;
+  uv_timer_t timer{};
+  uv_write_t write{};
+  uv_shutdown_t shutdown{};
+  int handlesOpen = 2;
+};
+
+void endRefusal(LingeringRefusal* r) {
+  if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&r->timer))) return;
+  auto onClosed = [](uv_handle_t* handle) {
+    auto* r = static_cast<LingeringRefusal*>(handle->data);
+    if (handle != reinterpret_cast<uv_handle_t*>(&r->timer)) std::free(handle);
+    if (--r->handlesOpen == 0) {
+      --r->state->lingering;
+      delete r;
+    }
+  };
+  uv_close(reinterpret_cast<uv_handle_t*>(r->client), onClosed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&r->timer), onClosed);
+}
+
+void lingerWithRefusal(Listener::State& state, uv_stream_t* client, std::vector<char> bytes) {
+  auto* r = new LingeringRefusal{&state, client, std::move(bytes)};
+  ++state.lingering;
+  client->data = r;
+  r->timer.data = r;
+  uv_timer_init(&state.loop, &r->timer);
+  uv_timer_start(&r->timer, [](uv_timer_t* t) { endRefusal(static_cast<LingeringRefusal*>(t->data)); }, kLingerMs, 0);
+  uv_buf_t buffer = uv_buf_init(r->bytes.data(), static_cast<unsigned>(r->bytes.size()));
+  // Then end of file: a peer that has read the refusal closes, and so ends the wait. A failed
+  // write ends it through the read.
+  uv_write(&r->write, client, &buffer, 1, [](uv_write_t* write, int status) {
+    auto* r = static_cast<LingeringRefusal*>(write->handle->data);
+    if (status == 0) uv_shutdown(&r->shutdown, write->handle, [](uv_shutdown_t*, int) {});
+  });
+  uv_read_start(
+      client,
+      [](uv_handle_t*, size_t, uv_buf_t* out) {
+        static char discard[4096];
+        *out = uv_buf_init(discard, sizeof(discard));
+      },
+      [](uv_stream_t* stream, ssize_t n, const uv_buf_t*) {
+        if (n < 0) endRefusal(static_cast<LingeringRefusal*>(stream->data));
+      });
+}
+
+// Over max_connections: no thread is started; the peer is told why (a TLS peer could not read
+// a plaintext answer: closed) and the refusal is logged, at most once a second.
+void refuseOverLimit(Listener::State& state, uv_stream_t* client, const Peer& peer, bool isTls) {
+  std::string why = fmt::format("tallyd is at its connection limit (max_connections = {})", state.slots.limit());
+  auto now = std::chrono::steady_clock::now();
+  if (now - state.lastRefusalLog >= std::chrono::seconds(1)) {
+    uint64_t since = state.slots.refused() - state.refusalsLogged;
+    spdlog::warn("refused {}: {}{}", peer.description, why,
+                 since > 1 ? fmt::format(" ({} connections refused since the last such line)", since) : "");
+    state.lastRefusalLog = now;
+    state.refusalsLogged = state.slots.refused();
+  }
+  if (isTls || state.lingering >= kMaxLingering) {
+    closeHandle(client);
+    return;
+  }
+  lingerWithRefusal(state, client, state.sink.refusalFrame(why));
+}
+
 void onConnection(uv_stream_t* server, int status) {
   auto* state = static_cast<Listener::State*>(server->data);
   if (status < 0) {
@@ -96,23 +179,36 @@ void onConnection(uv_stream_t* server, int status) {
     uv_tcp_init(server->loop, tcp);
     client = reinterpret_cast<uv_stream_t*>(tcp);
   }
-  int fd = uv_accept(server, client) == 0 ? detachAccepted(client) : -1;
+  uv_os_fd_t acceptedFd = -1;
+  if (uv_accept(server, client) != 0 || uv_fileno(reinterpret_cast<uv_handle_t*>(client), &acceptedFd) != 0) {
+    closeHandle(client);
+    spdlog::warn("could not take over an accepted connection");
+    return;
+  }
+  Peer peer{describePeer(acceptedFd, isUnix), isUnix, {}};
+  bool isTls = std::find(state->tlsServers.begin(), state->tlsServers.end(), server) != state->tlsServers.end();
+  ConnectionSlot slot = state->slots.tryTake();
+  if (!slot.held()) {
+    refuseOverLimit(*state, client, peer, isTls);
+    return;
+  }
+  int fd = detachAccepted(client);
   closeHandle(client);
   if (fd < 0) {
     spdlog::warn("could not take over an accepted connection");
     return;
   }
   address::tuneConnectedSocket(fd);
-  Peer peer{describePeer(fd, isUnix), isUnix, {}};
-  if (std::find(state->tlsServers.begin(), state->tlsServers.end(), server) == state->tlsServers.end()) {
-    state->sink.onConnection(fd, std::move(peer));
+  if (!isTls) {
+    state->sink.onConnection(fd, std::move(peer), std::move(slot));
     return;
   }
-  // The handshake blocks (up to 10 s): not on the loop.
+  // The handshake blocks (up to handshake_timeout_ms): not on the loop.
   std::thread([&sink = state->sink, accepting = state->accepting, tls = state->options.tls, fd,
-               peer = std::move(peer)]() mutable {
+               timeoutMs = static_cast<int>(state->options.handshakeTimeoutMs), peer = std::move(peer),
+               slot = std::move(slot)]() mutable {
     std::string error;
-    tls::Session session = tls::start(*tls, fd, 10000, error);
+    tls::Session session = tls::start(*tls, fd, timeoutMs, error);
     peer.description = "tls" + peer.description.substr(3);  // "tcp HOST:PORT" -> "tls HOST:PORT"
     if (session.plainFd < 0) {
       spdlog::warn("{}: refused: {}", peer.description, error);
@@ -124,20 +220,23 @@ void onConnection(uv_stream_t* server, int status) {
       ::close(session.plainFd);
       return;
     }
-    sink.onConnection(session.plainFd, std::move(peer));
+    sink.onConnection(session.plainFd, std::move(peer), std::move(slot));
   }).detach();
 }
 
-int bindUnix(Listener::State& state, const address::Endpoint& e, uv_stream_t*& out) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(e.path).parent_path(), ec);
-  ::unlink(e.path.c_str());  // a stale socket from a previous run
+// The socket file is made by unix_socket_file (directory checked, mode set without a path
+// race); libuv only listens on it.
+int bindUnix(Listener::State& state, const address::Endpoint& e, uv_stream_t*& out, std::string& error) {
+  int fd = bindUnixSocket(e.path, state.options.unixSocketMode, error);
+  if (fd < 0) return UV_EINVAL;
   auto* pipe = static_cast<uv_pipe_t*>(std::malloc(sizeof(uv_pipe_t)));
   uv_pipe_init(&state.loop, pipe, 0);
   out = reinterpret_cast<uv_stream_t*>(pipe);
-  if (int rc = uv_pipe_bind(pipe, e.path.c_str()); rc != 0) return rc;
-  ::chmod(e.path.c_str(), state.options.unixSocketMode);
   state.unixPaths.push_back(e.path);
+  if (int rc = uv_pipe_open(pipe, fd); rc != 0) {
+    ::close(fd);
+    return rc;
+  }
   return 0;
 }
 
@@ -174,14 +273,15 @@ Listener::Listener(ListenOptions options, ConnectionSink& sink)
 }
 
 Listener::~Listener() {
-  for (const std::string& path : state_->unixPaths) ::unlink(path.c_str());
+  for (const std::string& path : state_->unixPaths) removeSocketFile(path);
   uv_loop_close(&state_->loop);
 }
 
 bool Listener::bind(std::string& error) {
   for (const address::Endpoint& e : state_->options.endpoints) {
     uv_stream_t* server = nullptr;
-    int rc = e.kind == address::Endpoint::Kind::kUnix ? bindUnix(*state_, e, server) : bindTcp(*state_, e, server);
+    std::string why;
+    int rc = e.kind == address::Endpoint::Kind::kUnix ? bindUnix(*state_, e, server, why) : bindTcp(*state_, e, server);
     if (server != nullptr) {
       server->data = state_.get();
       state_->servers.emplace_back(server, closeHandle);
@@ -193,7 +293,7 @@ bool Listener::bind(std::string& error) {
     }
     if (rc == 0) rc = uv_listen(server, 128, onConnection);
     if (rc != 0) {
-      error = fmt::format("cannot listen on {}: {}", e.toString(), uv_strerror(rc));
+      error = fmt::format("cannot listen on {}: {}", e.toString(), why.empty() ? uv_strerror(rc) : why);
       return false;
     }
     spdlog::info("listening on {}", e.toString());
@@ -212,5 +312,7 @@ void Listener::run() {
 }
 
 void Listener::stop() { uv_async_send(&state_->stopAsync); }
+
+const ConnectionSlots& Listener::connections() const { return state_->slots; }
 
 }  // namespace tally::server::transport

@@ -5,6 +5,7 @@
 
 #include "common/address/address.h"
 #include "common/tls/tls_pipe.h"
+#include "server/transport/connection_slots.h"
 
 #include <functional>
 #include <memory>
@@ -24,8 +25,12 @@ class ConnectionSink {
  public:
   virtual ~ConnectionSink() = default;
   // `fd` is a blocking, connected stream socket now owned by the sink (for a tls:// peer, the
-  // plaintext end of its TLS pump). Called on the loop thread, or on a TLS handshake thread.
-  virtual void onConnection(int fd, Peer peer) = 0;
+  // plaintext end of its TLS pump). `slot` counts it against max_connections until the sink
+  // lets go of it. Called on the loop thread, or on a TLS handshake thread.
+  virtual void onConnection(int fd, Peer peer, ConnectionSlot slot) = 0;
+  // The bytes (one frame) that tell a peer over max_connections `why` it is refused; the loop
+  // writes them (not to TLS peers, which are just closed). Called on the loop thread.
+  virtual std::vector<char> refusalFrame(const std::string& why) = 0;
   // Called on the loop thread when tallyd is asked to stop.
   virtual void onStop() = 0;
 };
@@ -34,6 +39,8 @@ struct ListenOptions {
   std::vector<address::Endpoint> endpoints;
   unsigned unixSocketMode = 0660;
   std::shared_ptr<const tls::Context> tls;  // required by tls:// endpoints
+  size_t maxConnections = 256;              // connections held at once (ConnectionSlots)
+  unsigned handshakeTimeoutMs = 5000;       // for the TLS handshake (the Hello gets its own)
 };
 
 class Listener {
@@ -47,6 +54,8 @@ class Listener {
   void run();
   // Thread-safe.
   void stop();
+  // Connections held now, and refused for max_connections since the start. Thread-safe.
+  const ConnectionSlots& connections() const;
 
   struct State;  // libuv callbacks reach it through handle->data
 

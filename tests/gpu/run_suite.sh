@@ -137,24 +137,8 @@ if [[ -e $BUILD/client/libcuda.so.1 ]]; then
 fi
 
 # ---------------------------------------------------------------- hiding the GPU
-# Inner script, run as: bash -c "$HIDE_SCRIPT" bash <olddev dir> <command...>
-HIDE_SCRIPT='
-olddev=$1; shift
-die() { echo "run_hidden: $*" >&2; exit 97; }
-mkdir -p "$olddev" || die "mkdir $olddev"
-mount --bind /dev "$olddev" || die "bind /dev"
-mount -t tmpfs tmpfs /dev || die "tmpfs on /dev"
-for f in null zero urandom random tty; do
-  [ -e "$olddev/$f" ] || continue
-  touch "/dev/$f" && mount --bind "$olddev/$f" "/dev/$f" || die "bind /dev/$f"
-done
-mkdir -p /dev/shm /dev/pts
-mount -t tmpfs tmpfs /dev/shm || die "tmpfs on /dev/shm"
-libs=$(ldconfig -p | grep -oE "/[^ ]*libcuda\.so[^ ]*" | sort -u)
-IFS=: ; for d in ${LD_LIBRARY_PATH:-}; do unset IFS; for l in "$d"/libcuda.so*; do [ -e "$l" ] && libs="$libs $l"; done; done; unset IFS
-for l in $libs; do mount --bind /dev/null "$l" || die "hide $l"; done
-exec "$@"
-'
+# Inner script, run as: bash -c "$HIDE_SCRIPT" bash <olddev dir> <command...> (tests/gpu/hide_gpu.sh)
+HIDE_SCRIPT=$(<"$(dirname "${BASH_SOURCE[0]}")/hide_gpu.sh")
 HIDE=0
 if [[ -n ${GPU_SUITE_NO_HIDE:-} ]]; then
   say "WARNING: GPU_SUITE_NO_HIDE is set: clients run WITHOUT hiding the GPU"

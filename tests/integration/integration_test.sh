@@ -510,6 +510,149 @@ case_security_bad_config() {
   [[ ! -e $SOCK ]] || fail "tallyd created its socket despite the bad configuration"
 }
 
+# ------------------------------------------------------------------ connection hardening
+# A peer that never completes its Hello — silent, or trickling one byte every 100 ms — is
+# dropped after handshake_timeout_ms, and logged; tallyd is back to its threads.
+case_security_handshake_timeout() {
+  printf 'handshake_timeout_ms = 500\n' >"$TMPD/tallyd.toml"
+  start_tallyd --config "$TMPD/tallyd.toml"
+  sleep 0.3
+  local threads
+  threads=$(tallyd_threads)
+  local mode t0
+  for mode in silent trickle; do
+    t0=$(now_ms)
+    raw_peer "$mode" "$mode"
+    [[ $PEER_RC -eq 0 ]] || fail "tallyd kept a $mode peer connected for 5 s (raw_peer exit $PEER_RC)"
+    pass "tallyd dropped the $mode peer after $(($(now_ms) - t0)) ms"
+    expect_log "handshake with unix pid=$PEER_PID .*no complete Hello within 500 ms \(handshake_timeout_ms\)" \
+      "the $mode peer's handshake timeout"
+  done
+  local deadline=$(($(now_ms) + 5000))
+  until [[ $(tallyd_threads) -eq $threads ]]; do
+    (($(now_ms) < deadline)) || fail "tallyd holds $(tallyd_threads) threads, $threads before the peers"
+    sleep 0.05
+  done
+  pass "tallyd is back to $threads threads"
+  assert_tallyd_alive "after the handshake timeouts"
+  stop_tallyd
+}
+
+# max_connections = 3: three idle peers hold every slot; the next peers are refused with the
+# reason before any thread starts for them; once the idle peers are gone a client gets in again.
+case_security_max_connections() {
+  command -v capnp >/dev/null 2>&1 || skip "the capnp tool (package capnproto) is not installed"
+  echo "(hello = (protocolVersion = 2, tenantName = \"it-over-limit\", clientPid = $$))" |
+    capnp encode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ClientMessage >"$TMPD/hello.bin" 2>"$TMPD/encode.err" ||
+    { show "$TMPD/encode.err" "capnp encode"; fail "could not encode a Hello"; }
+  printf 'max_connections = 3\nhandshake_timeout_ms = 60000\n' >"$TMPD/tallyd.toml"
+  start_tallyd --config "$TMPD/tallyd.toml"
+  local idle_pids=() i
+  for i in 1 2 3; do
+    python3 "$RAW_PEER" "$SOCK" idle >"$TMPD/idle$i.out" 2>/dev/null </dev/null &
+    idle_pids+=($!)
+    HELPER_PIDS+=($!)
+  done
+  local deadline=$(($(now_ms) + 5000))
+  until [[ $(cat "$TMPD"/idle?.out 2>/dev/null | grep -c idle-connected) -eq 3 ]]; do
+    (($(now_ms) < deadline)) || fail "the idle peers could not connect"
+    sleep 0.05
+  done
+  sleep 0.3
+  local threads
+  threads=$(tallyd_threads)
+  for i in $(seq 1 10); do
+    raw_peer "over$i" hello "$TMPD/hello.bin"
+    [[ $PEER_RC -eq 0 ]] || { show "$TMPD/over$i.err" "raw peer stderr"; fail "peer over the limit got no complete answer (raw_peer exit $PEER_RC)"; }
+  done
+  capnp decode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ServerMessage <"$TMPD/over1.out" >"$TMPD/welcome.txt" 2>&1 ||
+    { show "$TMPD/welcome.txt" "capnp decode"; fail "tallyd's answer is not a ServerMessage"; }
+  grep -q 'accepted = true' "$TMPD/welcome.txt" && fail "tallyd accepted a connection over max_connections"
+  grep -q 'max_connections = 3' "$TMPD/welcome.txt" || { show "$TMPD/welcome.txt" "answer"; fail "the refusal does not name max_connections"; }
+  pass "10 peers over the limit refused: $(tr -s ' \n' ' ' <"$TMPD/welcome.txt")"
+  [[ $(tallyd_threads) -eq $threads ]] || fail "tallyd went from $threads to $(tallyd_threads) threads for refused peers"
+  pass "no thread started for the refused peers ($threads threads)"
+  expect_log "refused unix pid=[0-9]+ .*: tallyd is at its connection limit \(max_connections = 3\)" "the refusal"
+  if [[ -n $PROGRAM ]]; then
+    need_program
+    expect_refused over-limit-client "unix:$SOCK" "refused the connection: tallyd is at its connection limit"
+    expect_refused over-limit-client-tcp "tcp://127.0.0.1:$PORT" "refused the connection: tallyd is at its connection limit"
+  fi
+  kill -KILL "${idle_pids[@]}" 2>/dev/null
+  wait "${idle_pids[@]}" 2>/dev/null
+  deadline=$(($(now_ms) + 5000))
+  while :; do
+    raw_peer after hello "$TMPD/hello.bin"
+    capnp decode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ServerMessage <"$TMPD/after.out" >"$TMPD/after.txt" 2>&1
+    grep -q "$NO_GPU_MSG\|accepted = true" "$TMPD/after.txt" && break
+    (($(now_ms) < deadline)) || { show "$TMPD/after.txt" "answer"; fail "no slot came back after the idle peers left"; }
+    sleep 0.1
+  done
+  pass "slots came back once the idle peers left: $(tr -s ' \n' ' ' <"$TMPD/after.txt" | cut -c1-120)"
+  stop_tallyd
+}
+
+# The socket's directory and file: a directory anyone may write to (no sticky bit) and a path
+# that is not a socket are refused with the reason; the socket gets unix_socket_mode exactly.
+case_security_socket_dir() {
+  [[ -x $TALLYD ]] || fail "tallyd not built: $TALLYD"
+  local rc
+  mkdir -m 0777 "$TMPD/open" && chmod 0777 "$TMPD/open"
+  rc=0
+  timeout -k 2 10 "$TALLYD" --listen "unix:$TMPD/open/t.sock" --admin "" >"$LOG" 2>&1 || rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] || fail "tallyd exited $rc with its socket in a world-writable directory"
+  grep -q "writable by every user and has no sticky bit" "$LOG" || { show "$LOG" "tallyd output"; fail "no reason given"; }
+  [[ ! -e $TMPD/open/t.sock ]] || fail "tallyd created its socket in a world-writable directory"
+  pass "tallyd exited $rc: $(grep -o 'socket directory.*' "$LOG" | head -n 1)"
+
+  echo precious >"$SOCK"
+  rc=0
+  timeout -k 2 10 "$TALLYD" --listen "unix:$SOCK" --admin "" >"$LOG" 2>&1 || rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] || fail "tallyd exited $rc with a regular file at its socket path"
+  grep -q "exists and is not a socket: not removing it" "$LOG" || { show "$LOG" "tallyd output"; fail "no reason given"; }
+  [[ $(cat "$SOCK") == precious ]] || fail "tallyd removed or changed the file at its socket path"
+  pass "tallyd kept the regular file at its socket path and said why it stopped"
+  rm -f "$SOCK"
+
+  printf 'unix_socket_mode = 0o660\n' >"$TMPD/tallyd.toml"
+  local old_umask mode
+  old_umask=$(umask)
+  umask 077
+  start_tallyd --config "$TMPD/tallyd.toml"
+  umask "$old_umask"
+  mode=$(stat -c %a "$SOCK")
+  [[ $mode == 660 ]] || fail "the socket has mode $mode under umask 077 (expected 660)"
+  pass "the socket has mode 660 under umask 077"
+  stop_tallyd
+}
+
+# Anonymous peers: with a unix_uid rule (and no require_auth) a TCP peer without a token is
+# refused; anonymous high priority over TCP needs allow_anonymous_high_priority.
+case_security_anonymous_tcp() {
+  need_program
+  printf '[[tenant]]\nname = "local-user"\nunix_uid = %s\nallowed_priority = "best-effort"\n' "$(id -u)" >"$TMPD/uid.toml"
+  start_tallyd --config "$TMPD/uid.toml"
+  CLIENT_ENV=(TALLY_PRIORITY=high)
+  expect_refused uid-rule-tcp "tcp://127.0.0.1:$PORT" "refused the connection: authentication required: this tallyd identifies local users by unix_uid"
+  expect_refused uid-rule-uds-high "unix:$SOCK" "tenant local-user may not request high priority"
+  stop_tallyd
+
+  start_tallyd
+  expect_refused anonymous-tcp-high "tcp://127.0.0.1:$PORT" "an anonymous TCP peer may not request high priority"
+  expect_log "refused tcp 127\.0\.0\.1:[0-9]+: an anonymous TCP peer may not request high priority" "the refusal with its peer"
+  expect_past_auth anonymous-uds-high "unix:$SOCK"
+  CLIENT_ENV=()
+  expect_past_auth anonymous-tcp-best-effort "tcp://127.0.0.1:$PORT"
+  stop_tallyd
+
+  printf 'allow_anonymous_high_priority = true\n' >"$TMPD/allow.toml"
+  start_tallyd --config "$TMPD/allow.toml"
+  CLIENT_ENV=(TALLY_PRIORITY=high)
+  expect_past_auth anonymous-tcp-high-allowed "tcp://127.0.0.1:$PORT"
+  CLIENT_ENV=()
+  stop_tallyd
+}
+
 # ------------------------------------------------------------------ operations (tallyctl)
 # ctl NAME ARGS...: runs tallyctl against tallyd's control socket; sets CTL_RC, CTL_OUT, CTL_ERR
 ctl() {
@@ -704,7 +847,7 @@ case_security_tls() {
   write_config "$TMPD/subject.toml" "require_auth = true" "
 [[tenant]]
 name = \"cert-client\"
-tls_subject = \"/CN=tally-client\"
+tls_subject = \"CN=tally-client\"
 allowed_priority = \"high\""
   start_tls_tallyd "$c/server.pem" "$c/server.key" --tls-client-ca "$c/ca.pem" --config "$TMPD/subject.toml"
   CLIENT_ENV=(TALLY_CA="$c/ca.pem" TALLY_CERT="$c/client.pem" TALLY_KEY="$c/client.key" TALLY_PRIORITY=high)
@@ -770,6 +913,10 @@ case $CASE in
   security_uid_rule) case_security_uid_rule ;;
   security_bad_config) case_security_bad_config ;;
   security_tls) case_security_tls ;;
+  security_handshake_timeout) case_security_handshake_timeout ;;
+  security_max_connections) case_security_max_connections ;;
+  security_socket_dir) case_security_socket_dir ;;
+  security_anonymous_tcp) case_security_anonymous_tcp ;;
   operations_status) case_operations_status ;;
   operations_drain) case_operations_drain ;;
   operations_evict) case_operations_evict ;;

@@ -5,6 +5,8 @@
     raw_peer.py SOCKET truncated    send a valid header announcing 64 message bytes, send 10, close
     raw_peer.py SOCKET oversize     send a header announcing a ~4 GiB message, wait for the close
     raw_peer.py SOCKET idle         connect, print "idle-connected", then sleep until killed
+    raw_peer.py SOCKET silent       connect, send nothing, wait for tallyd to close (handshake timeout)
+    raw_peer.py SOCKET trickle      send a frame one byte every 100 ms, wait for tallyd to close
     raw_peer.py SOCKET hello FILE   send FILE (a Cap'n Proto message) framed as a Tally frame,
                                     write the reply frame's message bytes to stdout
     raw_peer.py SOCKET cuts FILE N  N connections, each sending the framed FILE cut at a random
@@ -85,6 +87,31 @@ def cuts(first, path, hello_file, count):
     return 0
 
 
+def trickle(s):
+    """A frame header announcing 64 bytes, then the bytes, one every 100 ms: every read of
+    tallyd sees progress, only a deadline over the whole Hello ends it. 0 if closed in WAIT_S."""
+    data = HEADER.pack(MAGIC, 64, 0) + b"\x00" * 64
+    deadline = time.monotonic() + WAIT_S
+    s.setblocking(False)
+    for byte in data:
+        if time.monotonic() > deadline:
+            return 3
+        try:
+            if s.recv(1) == b"":
+                return 0
+        except BlockingIOError:
+            pass
+        except (ConnectionResetError, BrokenPipeError):
+            return 0
+        try:
+            s.send(bytes([byte]))
+        except (ConnectionResetError, BrokenPipeError):
+            return 0
+        time.sleep(0.1)
+    s.setblocking(True)
+    return 0 if wait_closed(s) else 3
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -102,6 +129,10 @@ def main():
     if mode == "oversize":
         s.sendall(HEADER.pack(MAGIC, 0xFFFFFFF0, 0))
         return 0 if wait_closed(s) else 3
+    if mode == "silent":
+        return 0 if wait_closed(s) else 3
+    if mode == "trickle":
+        return trickle(s)
     if mode == "idle":
         print("idle-connected", flush=True)
         while True:

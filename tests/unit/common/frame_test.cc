@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 namespace tally::frame {
@@ -133,6 +136,85 @@ TEST(Frame, RefusesAMessageWhosePointersLeaveTheFrame) {
   } else {
     EXPECT_FALSE(status.error.empty());
   }
+}
+
+size_t openDescriptorCount() {
+  size_t count = 0;
+  for ([[maybe_unused]] auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;
+  return count;
+}
+
+// One frame of a peer that passes a memfd with every call and never lets them be taken.
+void sendFrameWithDescriptor(int socket) {
+  int memfd = ::memfd_create("frame-test-flood", 0);
+  ASSERT_GE(memfd, 0);
+  capnp::MallocMessageBuilder message;
+  message.initRoot<wire::ClientMessage>().initCalls(1)[0].initHostRegister().setSize(4096);
+  ASSERT_TRUE(writeFrame(socket, capnp::messageToFlatArray(message), {}, memfd).ok);
+  ::close(memfd);
+}
+
+TEST(Frame, DescriptorsBeyondThePendingCapAreClosedAndDropThePeer) {
+  size_t before = openDescriptorCount();
+  {
+    SocketPair pair;
+    const size_t sent = StreamReader::kMaxPendingFds + 1;
+    for (size_t i = 0; i < sent; ++i) sendFrameWithDescriptor(pair.a);
+    StreamReader reader(pair.b);
+    IncomingFrame frame;
+    IoStatus status;
+    size_t framesRead = 0;
+    while (framesRead < sent && (status = frame.readMessage(reader, FrameLimits{})).ok) ++framesRead;
+    EXPECT_FALSE(status.ok) << "all " << sent << " descriptors were queued";
+    EXPECT_NE(status.error.find("descriptor"), std::string::npos) << status.error;
+    EXPECT_LT(framesRead, sent);
+    // What was queued is still there to take, exactly the cap and no more.
+    size_t queued = 0;
+    for (int fd; (fd = reader.takeFd()) >= 0; ++queued) ::close(fd);
+    EXPECT_EQ(queued, StreamReader::kMaxPendingFds);
+  }
+  EXPECT_EQ(openDescriptorCount(), before) << "a descriptor over the cap was leaked";
+}
+
+TEST(Frame, DeadlineEndsAPeerThatTricklesItsFrame) {
+  SocketPair pair;
+  FrameHeader header = makeHeader(64, 0);
+  std::atomic<bool> done{false};
+  // One byte every 50 ms: each read sees progress, only a deadline over the whole frame ends it.
+  std::thread trickle([&] {
+    const char* bytes = reinterpret_cast<const char*>(&header);
+    for (size_t i = 0; i < sizeof(header) + 64 && !done.load(); ++i) {
+      char byte = i < sizeof(header) ? bytes[i] : 0;
+      if (::write(pair.a, &byte, 1) != 1) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  StreamReader reader(pair.b);
+  auto start = StreamReader::Clock::now();
+  reader.setDeadline(start + std::chrono::milliseconds(300));
+  IncomingFrame frame;
+  IoStatus status = frame.readMessage(reader, FrameLimits{});
+  auto took = StreamReader::Clock::now() - start;
+  done.store(true);
+  trickle.join();
+  EXPECT_FALSE(status.ok);
+  EXPECT_TRUE(status.timedOut) << status.error;
+  EXPECT_LT(took, std::chrono::milliseconds(1000));
+  EXPECT_GE(took, std::chrono::milliseconds(290));
+}
+
+TEST(Frame, WithoutADeadlineASlowPeerIsWaitedFor) {
+  SocketPair pair;
+  StreamReader reader(pair.b);
+  reader.setDeadline(StreamReader::Clock::now() + std::chrono::milliseconds(10));
+  reader.setDeadline(std::nullopt);
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(::write(pair.a, "abcd", 4), 4);
+  });
+  char got[4];
+  EXPECT_TRUE(reader.read(got, 4).ok);
+  late.join();
 }
 
 }  // namespace

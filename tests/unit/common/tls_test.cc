@@ -39,19 +39,56 @@ struct Pair {
   std::string serverError, clientError;
 };
 
-Pair connect(const fs::path& dir, const std::string& clientCa) {
+Pair connectWith(const ServerConfig& serverConfig, const ClientConfig& clientConfig) {
   int fds[2];
   EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
   std::string error;
-  auto serverContext = Context::forServer({(dir / "server.pem").string(), (dir / "server.key").string(), {}}, error);
+  auto serverContext = Context::forServer(serverConfig, error);
   EXPECT_TRUE(serverContext) << error;
-  auto clientContext = Context::forClient({(dir / clientCa).string(), {}, {}, "localhost"}, error);
+  auto clientContext = Context::forClient(clientConfig, error);
   EXPECT_TRUE(clientContext) << error;
   Pair p;
   auto server = std::async(std::launch::async, [&] { return start(*serverContext, fds[0], 5000, p.serverError); });
   p.client = start(*clientContext, fds[1], 5000, p.clientError);
   p.server = server.get();
   return p;
+}
+
+ServerConfig serverConfig(const fs::path& dir, const std::string& clientCa = {}) {
+  return {(dir / "server.pem").string(), (dir / "server.key").string(), clientCa.empty() ? "" : (dir / clientCa).string()};
+}
+
+Pair connect(const fs::path& dir, const std::string& clientCa) {
+  return connectWith(serverConfig(dir), {(dir / clientCa).string(), {}, {}, "localhost"});
+}
+
+void closeBoth(Pair& p) {
+  for (int fd : {p.client.plainFd, p.server.plainFd}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+// Ten organizational units of 60 characters and a comma in the organization: the subject's
+// one-line form is longer than the 512 bytes tallyd used to keep, and needs escaping.
+const std::string kLongUnit(60, 'u');
+
+std::string longSubjectArgument() {
+  std::string subject = "/O=Acme, Inc.";
+  for (int i = 0; i < 10; ++i) subject += "/OU=" + std::to_string(i) + kLongUnit.substr(1);
+  return subject + "/CN=tally-client";
+}
+
+std::string longSubjectRfc2253() {
+  std::string subject = "CN=tally-client";
+  for (int i = 9; i >= 0; --i) subject += ",OU=" + std::to_string(i) + kLongUnit.substr(1);
+  return subject + ",O=Acme\\, Inc.";
+}
+
+bool makeClientCertificate(const fs::path& dir) {
+  std::string cmd = "cd '" + dir.string() + "' && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj '" +
+                    longSubjectArgument() + "' -keyout client.key -out client.csr && "
+                    "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem";
+  return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0;
 }
 
 TEST(Tls, SixteenMebibytesEachWayThroughBothPumps) {
@@ -105,6 +142,35 @@ TEST(Tls, ClientTrustingAnotherCaIsRefusedWithTheReason) {
   EXPECT_NE(p.clientError.find("unable to get local issuer certificate"), std::string::npos) << p.clientError;
   EXPECT_LT(p.server.plainFd, 0);
   EXPECT_FALSE(p.serverError.empty());
+  fs::remove_all(dir);
+}
+
+TEST(Tls, PeerSubjectIsTheWholeEscapedRfc2253Subject) {
+  fs::path dir = fs::temp_directory_path() / ("tally-tls-subject-" + std::to_string(::getpid()));
+  if (!makeCertificates(dir) || !makeClientCertificate(dir)) {
+    GTEST_SKIP() << "openssl (the command) is needed to make test certificates";
+  }
+  Pair p = connectWith(serverConfig(dir, "ca.pem"), {(dir / "ca.pem").string(), (dir / "client.pem").string(),
+                                                     (dir / "client.key").string(), "localhost"});
+  ASSERT_GE(p.server.plainFd, 0) << p.serverError;
+  ASSERT_GE(p.client.plainFd, 0) << p.clientError;
+  EXPECT_GT(p.server.peerSubject.size(), 512u);
+  EXPECT_EQ(p.server.peerSubject, longSubjectRfc2253());
+  EXPECT_EQ(p.client.peerSubject, "CN=localhost");
+  closeBoth(p);
+  fs::remove_all(dir);
+}
+
+// "localhost\0.evil.example" must not be verified as "localhost": a name OpenSSL cannot take
+// whole fails the connection.
+TEST(Tls, ServerNameThatCannotBeCheckedWholeFailsTheConnection) {
+  fs::path dir = fs::temp_directory_path() / ("tally-tls-name-" + std::to_string(::getpid()));
+  if (!makeCertificates(dir)) GTEST_SKIP() << "openssl (the command) is needed to make test certificates";
+  const std::string name("localhost\0.evil.example", 23);
+  Pair p = connectWith(serverConfig(dir), {(dir / "ca.pem").string(), {}, {}, name});
+  EXPECT_LT(p.client.plainFd, 0) << "connected, verified against a truncated server name";
+  EXPECT_NE(p.clientError.find("server name"), std::string::npos) << p.clientError;
+  closeBoth(p);
   fs::remove_all(dir);
 }
 

@@ -121,6 +121,45 @@ TEST(Authenticate, TokenAndUidMustBothMatch) {
   EXPECT_EQ(authenticate(policy, bytes("t"), std::nullopt).error, "unknown token");
 }
 
+// Finding 13: without require_auth, a local user held to a unix_uid rule must not escape it by
+// connecting over loopback TCP anonymously.
+TEST(Authenticate, UidRulesRefuseTcpPeersWithoutATokenEvenWithoutRequireAuth) {
+  AuthPolicy policy;
+  TenantRule local;
+  local.name = "local";
+  local.unixUid = 1234;
+  local.allowedPriority = AllowedPriority::kBestEffort;
+  policy.tenants = {local, tokenRule("remote", "secret")};
+  AuthResult tcp = authenticate(policy, {}, std::nullopt);
+  EXPECT_EQ(tcp.rule, nullptr);
+  EXPECT_NE(tcp.error.find("unix_uid"), std::string::npos) << tcp.error;
+  EXPECT_NE(authenticate(policy, bytes("secret"), std::nullopt).rule, nullptr);  // a token still works
+  EXPECT_EQ(authenticate(policy, {}, 1234).rule->name, "local");                 // the uid over the socket
+  EXPECT_TRUE(authenticate(policy, {}, 999).error.empty());  // another local user: anonymous, as before
+}
+
+TEST(Authenticate, WithoutUidRulesAnonymousTcpPeersAreStillAdmitted) {
+  AuthPolicy policy;
+  policy.tenants = {tokenRule("remote", "secret")};
+  AuthResult r = authenticate(policy, {}, std::nullopt);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.rule, nullptr);
+}
+
+TEST(Priority, AnonymousTcpPeersAreBestEffortUnlessAllowed) {
+  AuthPolicy policy;
+  PriorityDecision tcpHigh = decideAnonymousPriority(policy, false, PriorityClass::kHigh);
+  EXPECT_NE(tcpHigh.error.find("allow_anonymous_high_priority"), std::string::npos) << tcpHigh.error;
+  EXPECT_TRUE(decideAnonymousPriority(policy, false, PriorityClass::kBestEffort).error.empty());
+  PriorityDecision unixHigh = decideAnonymousPriority(policy, true, PriorityClass::kHigh);
+  EXPECT_TRUE(unixHigh.error.empty());  // the socket's permissions decide who gets that far
+  EXPECT_EQ(unixHigh.granted, PriorityClass::kHigh);
+  policy.allowAnonymousHighPriority = true;
+  PriorityDecision allowed = decideAnonymousPriority(policy, false, PriorityClass::kHigh);
+  EXPECT_TRUE(allowed.error.empty());
+  EXPECT_EQ(allowed.granted, PriorityClass::kHigh);
+}
+
 TEST(Priority, RulesAndCap) {
   TenantRule rule;
   rule.name = "batch";
@@ -152,20 +191,20 @@ TEST(Authenticate, TlsSubjectRule) {
   policy.requireAuth = true;
   TenantRule subject;
   subject.name = "inference";
-  subject.tlsSubject = "/CN=inference-1";
+  subject.tlsSubject = "CN=inference-1";
   TenantRule both = tokenRule("training", "secret-t");
-  both.tlsSubject = "/CN=trainer";
+  both.tlsSubject = "CN=trainer";
   policy.tenants = {subject, both};
-  AuthResult r = authenticate(policy, {}, std::nullopt, "/CN=inference-1");
+  AuthResult r = authenticate(policy, {}, std::nullopt, "CN=inference-1");
   ASSERT_NE(r.rule, nullptr);
   EXPECT_EQ(r.rule->name, "inference");
   // Another certificate, or none (a Unix or plain TCP peer), matches nothing.
-  EXPECT_NE(authenticate(policy, {}, std::nullopt, "/CN=someone-else").error.find("no tls_subject rule matches"),
+  EXPECT_NE(authenticate(policy, {}, std::nullopt, "CN=someone-else").error.find("no tls_subject rule matches"),
             std::string::npos);
   EXPECT_EQ(authenticate(policy, {}, 0).rule, nullptr);
   // Token and subject: both must match.
-  EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt, "/CN=trainer").rule->name, "training");
-  EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt, "/CN=inference-1").error, "unknown token");
+  EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt, "CN=trainer").rule->name, "training");
+  EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt, "CN=inference-1").error, "unknown token");
   EXPECT_EQ(authenticate(policy, bytes("secret-t"), std::nullopt).error, "unknown token");
 }
 

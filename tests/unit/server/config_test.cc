@@ -75,6 +75,20 @@ TEST_F(ConfigFile, ValidFileWithTwoTenants) {
   EXPECT_EQ(b.limits.stagingBytes, 64ull << 20);  // the default
 }
 
+TEST_F(ConfigFile, ObjectLimitsOfATenant) {
+  ASSERT_TRUE(load(std::string("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"") + kHashA +
+                   "\"\nmax_events = 100\nmax_modules = 0\nmax_host_mappings = 7\n"))
+      << error_;
+  const auto& limits = config_.auth.tenants.at(0).limits;
+  EXPECT_EQ(limits.maxEvents, 100u);
+  EXPECT_EQ(limits.maxModules, 0u);  // unlimited
+  EXPECT_EQ(limits.maxHostMappings, 7u);
+  std::string token = std::string("name = \"a\"\ntoken_sha256 = \"") + kHashA + "\"\n";
+  EXPECT_NE(tenantError(token + "max_events = -1\n").find("'max_events' must be an integer"), std::string::npos);
+  EXPECT_NE(tenantError(token + "max_modules = 4294967296\n").find("'max_modules'"), std::string::npos);
+  EXPECT_NE(tenantError(token + "max_host_mappings = \"many\"\n").find("'max_host_mappings'"), std::string::npos);
+}
+
 TEST_F(ConfigFile, DefaultsKeepTodaysBehaviour) {
   ASSERT_TRUE(load("poll_us = 10\n")) << error_;
   EXPECT_FALSE(config_.auth.requireAuth);
@@ -139,6 +153,22 @@ TEST_F(ConfigFile, BadTenantValues) {
   }
 }
 
+TEST_F(ConfigFile, ContextLimitMaxima) {
+  ASSERT_TRUE(load(std::string("[[tenant]]\nname = \"cdp\"\ntoken_sha256 = \"") + kHashA +
+                   "\"\nmax_stack_bytes = 65536\nmax_malloc_heap_bytes = 0\nmax_printf_fifo_bytes = 1048576\n"
+                   "max_pending_launches = 4096\n[[tenant]]\nname = \"plain\"\ntoken_sha256 = \"" + kHashB + "\"\n"))
+      << error_;
+  const auto& limits = config_.auth.tenants[0].limits;
+  EXPECT_EQ(limits.maxStackBytes, 65536u);
+  EXPECT_EQ(limits.maxMallocHeapBytes, 0u);  // no maximum
+  EXPECT_EQ(limits.maxPrintfFifoBytes, 1u << 20);
+  EXPECT_EQ(limits.maxPendingLaunches, 4096u);
+  EXPECT_EQ(config_.auth.tenants[1].limits.maxStackBytes, session::TenantLimits{}.maxStackBytes);  // the default
+  EXPECT_FALSE(load(std::string("[[tenant]]\nname = \"x\"\ntoken_sha256 = \"") + kHashA +
+                    "\"\nmax_stack_bytes = -1\n"));
+  EXPECT_NE(error_.find("'max_stack_bytes' must be an integer"), std::string::npos) << error_;
+}
+
 TEST_F(ConfigFile, DuplicateTenants) {
   std::string a = std::string("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"") + kHashA + "\"\n";
   EXPECT_FALSE(load(a + a));
@@ -148,12 +178,38 @@ TEST_F(ConfigFile, DuplicateTenants) {
   EXPECT_FALSE(load("[[tenant]]\nname = \"a\"\nunix_uid = 5\n[[tenant]]\nname = \"b\"\nunix_uid = 5\n"));
   EXPECT_NE(error_.find("same credentials"), std::string::npos) << error_;
   // Certificate subjects: distinct ones are two tenants, the same one twice is ambiguous.
-  std::string subjectA = "[[tenant]]\nname = \"a\"\ntls_subject = \"/CN=a\"\n";
-  EXPECT_TRUE(load(subjectA + "[[tenant]]\nname = \"b\"\ntls_subject = \"/CN=b\"\n")) << error_;
-  EXPECT_FALSE(load(subjectA + "[[tenant]]\nname = \"b\"\ntls_subject = \"/CN=a\"\n"));
+  std::string subjectA = "[[tenant]]\nname = \"a\"\ntls_subject = \"CN=a\"\n";
+  EXPECT_TRUE(load(subjectA + "[[tenant]]\nname = \"b\"\ntls_subject = \"CN=b\"\n")) << error_;
+  EXPECT_FALSE(load(subjectA + "[[tenant]]\nname = \"b\"\ntls_subject = \"CN=a\"\n"));
   EXPECT_NE(error_.find("same credentials"), std::string::npos) << error_;
   EXPECT_FALSE(load("[[tenant]]\nname = \"a\"\ntls_subject = \"\"\n"));
   EXPECT_NE(error_.find("'tls_subject' must be a non-empty string"), std::string::npos) << error_;
+}
+
+TEST_F(ConfigFile, ConnectionLimitsAndAnonymousPriority) {
+  ASSERT_TRUE(load("poll_us = 10\n")) << error_;
+  EXPECT_EQ(config_.handshakeTimeoutMs, 5000u);
+  EXPECT_EQ(config_.maxConnections, 256u);
+  EXPECT_FALSE(config_.auth.allowAnonymousHighPriority);
+  ASSERT_TRUE(load("handshake_timeout_ms = 750\nmax_connections = 3\nallow_anonymous_high_priority = true\n")) << error_;
+  EXPECT_EQ(config_.handshakeTimeoutMs, 750u);
+  EXPECT_EQ(config_.maxConnections, 3u);
+  EXPECT_TRUE(config_.auth.allowAnonymousHighPriority);
+  EXPECT_FALSE(load("handshake_timeout_ms = 0\n"));
+  EXPECT_NE(error_.find("'handshake_timeout_ms' must be an integer from 100"), std::string::npos) << error_;
+  EXPECT_FALSE(load("max_connections = 0\n"));
+  EXPECT_NE(error_.find("'max_connections'"), std::string::npos) << error_;
+  EXPECT_FALSE(load("allow_anonymous_high_priority = \"yes\"\n"));
+  EXPECT_NE(error_.find("true or false"), std::string::npos) << error_;
+}
+
+// Finding 14: subjects are compared whole, in RFC 2253 form; the old one-line form is refused
+// with the form to use instead of silently never matching.
+TEST_F(ConfigFile, TlsSubjectIsTheRfc2253Form) {
+  ASSERT_TRUE(load("[[tenant]]\nname = \"a\"\ntls_subject = \"CN=a,O=Acme\\\\, Inc.\"\n")) << error_;
+  EXPECT_EQ(config_.auth.tenants[0].tlsSubject, "CN=a,O=Acme\\, Inc.");
+  EXPECT_FALSE(load("[[tenant]]\nname = \"a\"\ntls_subject = \"/CN=a\"\n"));
+  EXPECT_NE(error_.find("RFC 2253"), std::string::npos) << error_;
 }
 
 TEST_F(ConfigFile, SyntaxError) {

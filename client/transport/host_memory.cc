@@ -1,0 +1,108 @@
+#include "client/transport/host_memory.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace tally::client::host_memory {
+
+namespace {
+
+constexpr size_t kPage = 4096;  // probing at 4 KiB also covers huge pages
+
+// Walks the probe addresses (one byte at the start of each row and at each page boundary
+// inside it) in batches of IOV_MAX, so a range of any size needs no more than one batch.
+class ProbeCursor {
+ public:
+  explicit ProbeCursor(const Rows& rows) : rows_(rows) { startRow(); }
+  // Fills `batch` with up to IOV_MAX probe bytes; false when none are left.
+  bool next(std::vector<iovec>& batch) {
+    batch.clear();
+    while (row_ < rows_.height && batch.size() < IOV_MAX) {
+      batch.push_back({reinterpret_cast<void*>(at_), 1});
+      uintptr_t nextPage = (at_ | (kPage - 1)) + 1;
+      if (nextPage != 0 && nextPage <= last_) {
+        at_ = nextPage;
+      } else {
+        ++row_;
+        startRow();
+      }
+    }
+    return !batch.empty();
+  }
+
+ private:
+  void startRow() {
+    if (row_ >= rows_.height) return;
+    at_ = reinterpret_cast<uintptr_t>(rows_.base) + row_ * rows_.pitch;
+    last_ = at_ + (rows_.width - 1);
+  }
+  Rows rows_;
+  size_t row_ = 0;
+  uintptr_t at_ = 0;
+  uintptr_t last_ = 0;
+};
+
+// Rows that wrap around the address space cannot be the application's memory.
+bool wraps(const Rows& rows) {
+  auto base = reinterpret_cast<uintptr_t>(rows.base);
+  if (rows.height > 1 && rows.pitch > (UINTPTR_MAX - base) / (rows.height - 1)) return true;
+  return UINTPTR_MAX - base - rows.pitch * (rows.height - 1) < rows.width - 1;
+}
+
+// The kernel refused to run the probe at all (seccomp, an old kernel): we cannot tell.
+bool probeUnavailable(int error) { return error == ENOSYS || error == EPERM; }
+
+enum class Probe { kOk, kFault, kUnavailable };
+
+// Reads (and, when `writeBack`, rewrites) every probe byte.
+Probe runProbes(const Rows& rows, bool writeBack) {
+  if (rows.width == 0 || rows.height == 0) return Probe::kOk;
+  if (wraps(rows)) return Probe::kFault;
+  const pid_t self = ::getpid();
+  std::vector<char> values(IOV_MAX);
+  std::vector<iovec> batch;
+  batch.reserve(IOV_MAX);
+  for (ProbeCursor cursor(rows); cursor.next(batch);) {
+    iovec local{values.data(), batch.size()};
+    ssize_t n = ::process_vm_readv(self, &local, 1, batch.data(), batch.size(), 0);
+    if (n < 0 && probeUnavailable(errno)) return Probe::kUnavailable;
+    if (n != static_cast<ssize_t>(batch.size())) return Probe::kFault;
+    if (!writeBack) continue;
+    n = ::process_vm_writev(self, &local, 1, batch.data(), batch.size(), 0);
+    if (n < 0 && probeUnavailable(errno)) return Probe::kUnavailable;
+    if (n != static_cast<ssize_t>(batch.size())) return Probe::kFault;
+  }
+  return Probe::kOk;
+}
+
+}  // namespace
+
+bool readable(const Rows& rows) { return runProbes(rows, false) != Probe::kFault; }
+
+bool writable(const Rows& rows) { return runProbes(rows, true) != Probe::kFault; }
+
+bool copyOut(void* dst, const void* src, size_t size) {
+  const pid_t self = ::getpid();
+  size_t done = 0;
+  while (done < size) {
+    iovec local{const_cast<char*>(static_cast<const char*>(src)) + done, size - done};
+    iovec remote{static_cast<char*>(dst) + done, size - done};
+    ssize_t n = ::process_vm_writev(self, &local, 1, &remote, 1, 0);
+    if (n < 0 && probeUnavailable(errno)) {
+      std::memcpy(static_cast<char*>(dst) + done, static_cast<const char*>(src) + done, size - done);
+      return true;
+    }
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace tally::client::host_memory

@@ -1,0 +1,154 @@
+// One tenant's streams and events, and the per-tenant stream semantics that a shared context
+// does not give for free:
+//  - streams are created non-blocking on the server; the tenant's legacy default stream is
+//    emulated per tenant and synchronizes with the tenant's own blocking streams only;
+//  - device-wide syncs wait for this tenant's streams only (joinedSyncStream).
+// Admission and counting (admitStream/admitEvent, insert*, the limits) need no driver and are
+// unit-tested; everything else is the driver edge.
+#pragma once
+
+#include "server/session/count_limit.h"
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tally::server::gpu {
+class Gpu;
+}
+
+namespace tally::server::session {
+
+// Client stream handles below this are the legacy default stream of device (id - 1).
+inline constexpr uint64_t kFirstUserStream = 1u << 16;
+
+struct StreamState {
+  uint64_t id = 0;
+  gpu::Gpu* gpu = nullptr;
+  CUstream stream = nullptr;
+  bool blocking = true;             // synchronizes with the tenant's legacy default stream
+  bool legacyDefault = false;
+  bool hasUnjoinedWork = false;     // work the legacy default stream has not waited for yet
+  uint64_t joinedDefaultEpoch = 0;  // legacy-default work this stream has already waited for
+  CUevent joinEvent = nullptr;
+  // Host callbacks: the stream waits until the client reports callback `sequence` done.
+  uint32_t* hostFlag = nullptr;     // pinned, device-mapped
+  CUdeviceptr hostFlagDevice = 0;
+  uint32_t hostFuncIssued = 0;
+  // Kernel variants (created on first use): a stream for PTB retreat triggers and the PTB
+  // progress counter + retreat flag shared by this stream's PTB launches.
+  CUstream variantSide = nullptr;
+  CUdeviceptr ptbControl = 0;
+};
+
+struct EventState {
+  gpu::Gpu* gpu = nullptr;
+  CUevent event = nullptr;
+};
+
+struct StreamLimits {
+  uint64_t maxStreams = 0;  // 0 = unlimited; legacy default streams do not count
+  uint64_t maxEvents = 0;
+};
+
+class StreamTable {
+ public:
+  // `publishedStreams` receives userStreamCount() after every change (tallyctl, metrics).
+  StreamTable(std::vector<gpu::Gpu*> gpus, StreamLimits limits, std::string tenant,
+              std::atomic<uint32_t>& publishedStreams);
+
+  // --- streams -----------------------------------------------------------------------
+  CUresult createStream(uint32_t device, uint64_t id, bool nonBlocking, int priority);
+  CUresult destroyStream(uint64_t id);
+  // Whether a stream may be created under `id`: CUDA_ERROR_INVALID_HANDLE for a legacy id or
+  // one in use, CUDA_ERROR_OUT_OF_MEMORY past max_streams (what a driver out of streams answers).
+  CUresult admitStream(uint64_t id);
+  void insertStream(std::unique_ptr<StreamState> s);
+  // The stream for `id`, creating the legacy default stream on first use; nullptr if unknown.
+  StreamState* stream(uint64_t id);
+  // Call before enqueuing work on `s`: makes it wait for what legacy semantics require.
+  void orderBefore(StreamState& s);
+  std::vector<StreamState*> streamsOf(gpu::Gpu* g);
+  // Every stream of this tenant (its legacy default ones too) at the highest (true) or lowest
+  // (false) CUDA priority, whatever the application asks: the scheduler's first layer.
+  void setBand(std::optional<bool> highest) { band_ = highest; }
+  // The side stream and PTB control memory of `s`, created on first use; false if the driver
+  // refused them (the launch then runs the original kernel).
+  bool prepareVariants(StreamState& s);
+  // Streams the tenant created (what max_streams limits).
+  size_t userStreamCount() const;
+  size_t streamCount() const { return streams_.size(); }
+
+  // --- private streams -----------------------------------------------------------------
+  // A private stream of this tenant on `g` used to wait on events/streams for syncs.
+  CUstream syncStream(gpu::Gpu* g);
+  // syncStream(g), made to wait for the work queued so far on every stream of this tenant on
+  // `g`: what a device-wide sync of the tenant's own device means.
+  CUstream joinedSyncStream(gpu::Gpu* g);
+  // A private stream that carries allocations only: never busy.
+  CUstream allocStream(gpu::Gpu* g);
+  // Clears and frees device memory once every stream of this tenant on `g` has passed this
+  // point (gpu::clearThenFree on joinedSyncStream(g)).
+  CUresult freeAfterTenantWork(gpu::Gpu* g, CUdeviceptr ptr, size_t size);
+  // Only the clearing: for a module's globals, whose memory goes when the module is unloaded
+  // (which waits for the context's work, these clears included).
+  CUresult clearAfterTenantWork(gpu::Gpu* g, CUdeviceptr ptr, size_t size);
+  // Either at the end of the tenancy, where a failure can only be logged.
+  void releaseAtEnd(gpu::Gpu* g, CUdeviceptr ptr, size_t size, bool free);
+
+  // --- events --------------------------------------------------------------------------
+  CUresult createEvent(uint32_t device, uint64_t id, unsigned flags);
+  CUresult destroyEvent(uint64_t id);
+  // CUDA_ERROR_INVALID_HANDLE for an id in use, CUDA_ERROR_OUT_OF_MEMORY past max_events.
+  CUresult admitEvent(uint64_t id);
+  void insertEvent(uint64_t id, EventState e) { events_.emplace(id, e); }
+  EventState* event(uint64_t id);
+  size_t eventCount() const { return events_.size(); }
+
+  // --- end of the tenancy, in the order Tenant::release() calls them -------------------
+  // Waits for every stream's queued work.
+  void synchronizeAll();
+  // Waits for the variant side streams and frees every PTB control block (cleared, after the
+  // tenant's work).
+  void freePtbControls();
+  // Waits for the private streams (the frees just queued on them) and destroys them.
+  void destroyPrivateStreams();
+  // Destroys the streams (with their join events, host flags and side streams), then the events.
+  void destroyStreamsAndEvents();
+  // Host flags of destroyed streams: their work may have waited on them until now.
+  void freeRetiredHostFlags();
+  void clear();
+
+ private:
+  using PrivateStreams = std::unordered_map<gpu::Gpu*, CUstream>;
+
+  gpu::Gpu* gpu(uint32_t device) const { return device < gpus_.size() ? gpus_[device] : nullptr; }
+  StreamState* createLegacyDefault(uint32_t device);
+  int bandPriority(const gpu::Gpu& g, int requested) const;
+  void joinStreams(StreamState& waiter, StreamState& waited);
+  CUstream privateStream(PrivateStreams& streams, gpu::Gpu* g);
+  void publish() { published_.store(static_cast<uint32_t>(userStreamCount()), std::memory_order_relaxed); }
+
+  std::vector<gpu::Gpu*> gpus_;
+  std::string tenant_;
+  CountLimit streamLimit_;
+  CountLimit eventLimit_;
+  std::atomic<uint32_t>& published_;
+  std::optional<bool> band_;
+  std::unordered_map<uint64_t, std::unique_ptr<StreamState>> streams_;
+  std::unordered_map<uint64_t, uint64_t> defaultEpoch_;  // per device: work count on legacy default
+  PrivateStreams syncStreams_;
+  PrivateStreams allocStreams_;  // carry allocations only: never busy
+  std::unordered_map<uint64_t, EventState> events_;
+  std::vector<uint32_t*> retiredHostFlags_;
+  std::vector<std::pair<gpu::Gpu*, CUdeviceptr>> retiredPtbControls_;  // of destroyed streams: freed at release
+};
+
+}  // namespace tally::server::session

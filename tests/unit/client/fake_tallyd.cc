@@ -1,0 +1,135 @@
+#include "fake_tallyd.h"
+
+#include "common/frame/socket_io.h"
+#include "schema/envelope.capnp.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace tally::testing {
+
+namespace {
+
+std::vector<char> framed(capnp::MessageBuilder& message, size_t bulkBytes = 0, char bulkByte = 0) {
+  auto words = capnp::messageToFlatArray(message);
+  std::vector<char> out;
+  frame::appendFrame(out, words, bulkBytes);
+  out.insert(out.end(), bulkBytes, bulkByte);
+  return out;
+}
+
+std::vector<char> welcome() {
+  capnp::MallocMessageBuilder message;
+  auto w = message.initRoot<wire::ServerMessage>().initWelcome();
+  w.setAccepted(true);
+  w.setProtocolVersion(wire::PROTOCOL_VERSION);
+  w.setTenantId(1);
+  w.setDriverVersion(13000);
+  auto device = w.initDevices(1)[0];
+  device.setName("fake GPU");
+  device.setMajor(9);
+  device.setTotalMem(1u << 30);
+  device.setStreamPriorityGreatest(-5);
+  return framed(message);
+}
+
+}  // namespace
+
+class FrameView {
+ public:
+  frame::IncomingFrame frame;
+  std::vector<char> bulk;
+};
+
+FakeTallyd::FakeTallyd() {
+  path_ = "/tmp/tally-fake-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".sock";
+  ::unlink(path_.c_str());
+  listenFd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path_.c_str(), sizeof(address.sun_path) - 1);
+  ::bind(listenFd_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  ::listen(listenFd_, 1);
+  thread_ = std::thread([this] { serve(); });
+}
+
+FakeTallyd::~FakeTallyd() {
+  ::shutdown(listenFd_, SHUT_RDWR);
+  if (clientFd_ >= 0) ::shutdown(clientFd_, SHUT_RDWR);
+  thread_.join();
+  ::close(listenFd_);
+  if (clientFd_ >= 0) ::close(clientFd_);
+  ::unlink(path_.c_str());
+}
+
+std::vector<uint64_t> FakeTallyd::hostFuncCallbacks() {
+  std::lock_guard lock(stateMutex_);
+  return hostFuncCallbacks_;
+}
+
+void FakeTallyd::write(const std::vector<char>& bytes) {
+  std::lock_guard lock(writeMutex_);
+  iovec part{const_cast<char*>(bytes.data()), bytes.size()};
+  frame::writeAll(clientFd_, std::span<const iovec>(&part, 1));
+}
+
+void FakeTallyd::sendHostFuncReady(uint64_t stream, uint64_t callback) {
+  capnp::MallocMessageBuilder message;
+  auto ready = message.initRoot<wire::ServerMessage>().initHostFuncReady();
+  ready.setStream(stream);
+  ready.setSequence(1);
+  ready.setCallback(callback);
+  write(framed(message));
+}
+
+void FakeTallyd::serve() {
+  clientFd_ = ::accept(listenFd_, nullptr, nullptr);
+  if (clientFd_ < 0) return;
+  frame::StreamReader reader(clientFd_);
+  frame::FrameLimits limits;
+  FrameView view;
+  for (;;) {
+    if (!view.frame.readMessage(reader, limits).ok) return;
+    view.bulk.resize(view.frame.bulkBytes());
+    if (!reader.read(view.bulk.data(), view.bulk.size()).ok) return;
+    if (!handleFrame(view)) return;
+  }
+}
+
+bool FakeTallyd::handleFrame(FrameView& view) {
+  auto root = view.frame.message().getRoot<wire::ClientMessage>();
+  if (root.isHello()) {
+    write(welcome());
+    return true;
+  }
+  if (!view.bulk.empty() && std::all_of(view.bulk.begin(), view.bulk.end(), [](char c) { return c == 0; })) {
+    ++zeroBulkFrames_;
+  }
+  for (auto call : root.getCalls()) {
+    ++calls_;
+    if (call.isHostFunc()) {
+      std::lock_guard lock(stateMutex_);
+      hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
+    }
+    if (call.getId() == 0) continue;
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<wire::ServerMessage>().initReply();
+    reply.setId(call.getId());
+    size_t bulk = 0;
+    if (call.isMemAlloc()) reply.setValue(nextAddress_.fetch_add(1u << 20));
+    if (call.isMemcpy() && call.getMemcpy().getKind() == wire::CopyKind::DEVICE_TO_HOST) {
+      reply.setDataToken(call.getMemcpy().getToken());
+      bulk = call.getMemcpy().getWidth() * std::max<uint64_t>(call.getMemcpy().getHeight(), 1);
+    }
+    write(framed(message, bulk, static_cast<char>(0xAB)));
+  }
+  return true;
+}
+
+}  // namespace tally::testing

@@ -1,0 +1,47 @@
+// A tallyd stand-in for client tests without a GPU: one client on a Unix socket, a Welcome for
+// one fake device, a Reply (status 0) to every call that wants one; device-to-host copies get
+// their bytes (all 0xAB) as Reply bulk. It counts the calls it receives, so a test can assert
+// that a refused call sent nothing, and can send HostFuncReady notices of its own choosing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tally::testing {
+
+class FakeTallyd {
+ public:
+  FakeTallyd();  // listening on a fresh socket path once constructed
+  ~FakeTallyd();
+
+  std::string endpoint() const { return "unix:" + path_; }
+  // Calls received so far (one-way and round trips), and frames whose bulk was all zeros.
+  uint64_t calls() const { return calls_.load(); }
+  uint64_t zeroBulkFrames() const { return zeroBulkFrames_.load(); }
+  // Callback ids the client sent in HostFunc calls.
+  std::vector<uint64_t> hostFuncCallbacks();
+  // Sends HostFuncReady naming `callback` on `stream`.
+  void sendHostFuncReady(uint64_t stream, uint64_t callback);
+
+ private:
+  void serve();
+  bool handleFrame(class FrameView& frame);
+  void write(const std::vector<char>& bytes);
+
+  std::string path_;
+  int listenFd_ = -1;
+  std::atomic<int> clientFd_{-1};
+  std::mutex writeMutex_;
+  std::mutex stateMutex_;
+  std::vector<uint64_t> hostFuncCallbacks_;
+  std::atomic<uint64_t> calls_{0};
+  std::atomic<uint64_t> zeroBulkFrames_{0};
+  std::atomic<uint64_t> nextAddress_{0x7f0000100000};
+  std::thread thread_;
+};
+
+}  // namespace tally::testing

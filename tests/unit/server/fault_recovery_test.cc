@@ -1,0 +1,212 @@
+// Fault recovery without a GPU: who is blamed for a fault of the shared context, what every
+// tenant is told afterwards, when a tenant that keeps faulting is refused, and that the history
+// survives tallyd starting over (serialize -> parse).
+#include "server/gpu/fault_monitor.h"
+#include "server/session/fault_history.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+namespace tally::server {
+namespace {
+
+using gpu::FaultEvidence;
+using gpu::FaultMonitor;
+using gpu::FaultVerdict;
+using session::FaultHistory;
+using namespace std::chrono_literals;
+
+TEST(FaultEvidence, LaunchesAreSettledOnlyByASyncThatCoveredThem) {
+  FaultEvidence e(1, "a");
+  EXPECT_FALSE(e.unsettled());
+  e.noteLaunch();
+  uint64_t covered = e.launchesSoFar();
+  e.noteLaunch();  // after the sync was issued: not covered by it
+  e.noteSettled(covered);
+  EXPECT_TRUE(e.unsettled());
+  e.noteSettled(e.launchesSoFar());
+  EXPECT_FALSE(e.unsettled());
+  EXPECT_FALSE(e.unsettledSince().has_value());
+  e.noteSettled(covered);  // a late, older completion never unsettles
+  EXPECT_FALSE(e.unsettled());
+}
+
+TEST(FaultEvidence, UnsettledWindowStartsAtTheFirstUncoveredLaunch) {
+  FaultEvidence e(1, "a");
+  auto t0 = FaultEvidence::Clock::now();
+  e.noteLaunch(t0);
+  e.noteLaunch(t0 + 5s);
+  ASSERT_TRUE(e.unsettledSince().has_value());
+  EXPECT_EQ(*e.unsettledSince(), t0);
+}
+
+TEST(Suspicion, OnlyTenantsWithUnfinishedWork) {
+  auto idle = std::make_shared<FaultEvidence>(1, "idle");
+  auto settled = std::make_shared<FaultEvidence>(2, "settled");
+  auto busy = std::make_shared<FaultEvidence>(3, "busy");
+  settled->noteLaunch();
+  settled->noteSettled(settled->launchesSoFar());
+  busy->noteLaunch();
+  auto s = gpu::suspicionOf({idle, settled, busy});
+  ASSERT_EQ(s.suspects.size(), 1u);
+  EXPECT_EQ(s.culprit, std::optional<uint64_t>(3));
+}
+
+TEST(Suspicion, OfSeveralTheLongestUnfinishedIsBlamed) {
+  auto t0 = FaultEvidence::Clock::now();
+  auto stuck = std::make_shared<FaultEvidence>(1, "stuck");
+  auto progressing = std::make_shared<FaultEvidence>(2, "progressing");
+  stuck->noteLaunch(t0);
+  progressing->noteLaunch(t0 + 1ms);
+  progressing->noteSettled(progressing->launchesSoFar());  // its syncs keep completing...
+  progressing->noteLaunch(t0 + 6ms);                        // ... and it launched again since
+  auto s = gpu::suspicionOf({progressing, stuck});
+  EXPECT_EQ(s.culprit, std::optional<uint64_t>(1));
+  EXPECT_EQ(s.suspects.size(), 2u);
+}
+
+TEST(Suspicion, NobodyWhenNoTenantHadWork) {
+  auto idle = std::make_shared<FaultEvidence>(1, "idle");
+  EXPECT_FALSE(gpu::suspicionOf({idle}).culprit.has_value());
+}
+
+TEST(StickyErrors, KernelFaultsAreStickyApiErrorsAreNot) {
+  EXPECT_TRUE(gpu::isStickyError(CUDA_ERROR_ASSERT));
+  EXPECT_TRUE(gpu::isStickyError(CUDA_ERROR_ILLEGAL_ADDRESS));
+  EXPECT_FALSE(gpu::isStickyError(CUDA_ERROR_INVALID_VALUE));
+  EXPECT_FALSE(gpu::isStickyError(CUDA_ERROR_OUT_OF_MEMORY));
+  EXPECT_FALSE(gpu::isStickyError(CUDA_SUCCESS));
+}
+
+// A monitor without GPUs: statuses decide alone.
+struct MonitorFixture : ::testing::Test {
+  std::mutex mutex;
+  std::condition_variable handed;
+  std::optional<FaultVerdict> received;
+  FaultMonitor monitor{FaultMonitor::Options{0, std::chrono::milliseconds(10)}, {}, [this](const FaultVerdict& v) {
+                         std::lock_guard lock(mutex);
+                         received = v;
+                         handed.notify_all();
+                       }};
+
+  bool waitForHandOver() {
+    std::unique_lock lock(mutex);
+    return handed.wait_for(lock, 2s, [&] { return received.has_value(); });
+  }
+};
+
+TEST_F(MonitorFixture, CulpritKeepsTheNativeErrorOthersGetTheResetError) {
+  auto culprit = monitor.enroll(7, "faulty");
+  auto bystander = monitor.enroll(8, "innocent");
+  culprit->noteLaunch();
+  EXPECT_EQ(monitor.statusFor(8, CUDA_ERROR_INVALID_VALUE), CUDA_ERROR_INVALID_VALUE);  // not sticky: no fault
+  EXPECT_FALSE(monitor.verdict().has_value());
+
+  EXPECT_EQ(monitor.statusFor(8, CUDA_ERROR_ASSERT), gpu::kContextResetError);
+  EXPECT_EQ(monitor.statusFor(7, CUDA_ERROR_ASSERT), CUDA_ERROR_ASSERT);
+  // Later failures of any kind are the fault's; calls that needed no GPU still succeed.
+  EXPECT_EQ(monitor.statusFor(7, CUDA_ERROR_INVALID_HANDLE), CUDA_ERROR_ASSERT);
+  EXPECT_EQ(monitor.statusFor(8, CUDA_ERROR_INVALID_HANDLE), gpu::kContextResetError);
+  EXPECT_EQ(monitor.statusFor(8, CUDA_SUCCESS), CUDA_SUCCESS);
+
+  ASSERT_TRUE(waitForHandOver());
+  EXPECT_EQ(received->code, CUDA_ERROR_ASSERT);
+  ASSERT_EQ(received->culprits.size(), 1u);
+  EXPECT_EQ(received->culprits.at(7), "faulty");
+  EXPECT_EQ(received->tenantsAffected, 2u);
+  EXPECT_NE(received->reason.find("faulty"), std::string::npos);
+}
+
+TEST_F(MonitorFixture, FirstDeclarationWins) {
+  monitor.enroll(1, "a");
+  monitor.declare(CUDA_ERROR_ILLEGAL_ADDRESS, 1, "first");
+  monitor.declare(CUDA_ERROR_ASSERT, std::nullopt, "second");
+  ASSERT_TRUE(monitor.verdict().has_value());
+  EXPECT_EQ(monitor.verdict()->code, CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(monitor.statusFor(1, CUDA_ERROR_ASSERT), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+TEST(FaultMonitorTimeout, WorkUnfinishedPastTheLimitIsAFaultOfItsTenant) {
+  std::promise<FaultVerdict> got;
+  FaultMonitor monitor(FaultMonitor::Options{0.05, std::chrono::milliseconds(10)}, {},
+                       [&](const FaultVerdict& v) { got.set_value(v); });
+  auto quick = monitor.enroll(1, "quick");
+  auto stuck = monitor.enroll(2, "stuck");
+  stuck->noteLaunch();
+  quick->noteLaunch();
+  quick->noteSettled(quick->launchesSoFar());
+  auto future = got.get_future();
+  ASSERT_EQ(future.wait_for(2s), std::future_status::ready);
+  FaultVerdict v = future.get();
+  EXPECT_EQ(v.code, CUDA_ERROR_LAUNCH_TIMEOUT);
+  ASSERT_EQ(v.culprits.size(), 1u);
+  EXPECT_EQ(v.culprits.at(2), "stuck");
+  EXPECT_EQ(monitor.statusFor(1, CUDA_ERROR_INVALID_VALUE), gpu::kContextResetError);
+}
+
+TEST(FaultMonitorTimeout, OffByDefault) {
+  std::atomic<bool> called{false};
+  FaultMonitor monitor(FaultMonitor::Options{0, std::chrono::milliseconds(5)}, {},
+                       [&](const FaultVerdict&) { called = true; });
+  monitor.enroll(1, "slow")->noteLaunch();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(called.load());
+}
+
+TEST(FaultHistoryTest, RefusesATenantThatKeepsFaultingForAWhile) {
+  FaultHistory history({2, std::chrono::seconds(60), std::chrono::seconds(300)});
+  auto t0 = FaultHistory::Clock::now();
+  history.record({"bad"}, "one", t0);
+  EXPECT_FALSE(history.refusedUntil("bad", t0 + 1s).has_value());
+  history.record({"bad"}, "two", t0 + 10s);
+  auto until = history.refusedUntil("bad", t0 + 11s);
+  ASSERT_TRUE(until.has_value());
+  EXPECT_EQ(*until, t0 + 10s + 300s);
+  EXPECT_FALSE(history.refusedUntil("bad", t0 + 311s).has_value());  // served its time
+  EXPECT_FALSE(history.refusedUntil("good", t0 + 11s).has_value());
+}
+
+TEST(FaultHistoryTest, FaultsFarApartDoNotQuarantine) {
+  FaultHistory history({2, std::chrono::seconds(60), std::chrono::seconds(300)});
+  auto t0 = FaultHistory::Clock::now();
+  history.record({"bad"}, "one", t0);
+  history.record({"bad"}, "two", t0 + 120s);
+  EXPECT_FALSE(history.refusedUntil("bad", t0 + 121s).has_value());
+}
+
+TEST(FaultHistoryTest, SeveralSuspectsCountAgainstNobody) {
+  FaultHistory history({1, std::chrono::seconds(60), std::chrono::seconds(300)});
+  auto t0 = FaultHistory::Clock::now();
+  history.record({"a", "b"}, "unclear", t0);
+  EXPECT_EQ(history.total(), 1u);
+  EXPECT_FALSE(history.refusedUntil("a", t0).has_value());
+  EXPECT_TRUE(history.faultsByTenant().empty());
+}
+
+TEST(FaultHistoryTest, SurvivesStartingOver) {
+  FaultHistory before({2, std::chrono::seconds(60), std::chrono::seconds(300)});
+  auto t0 = FaultHistory::Clock::now();
+  before.record({"odd name\nwith newline"}, "first fault", t0);
+  before.record({"odd name\nwith newline"}, "second fault", t0 + 1s);
+  FaultHistory after({2, std::chrono::seconds(60), std::chrono::seconds(300)});
+  ASSERT_TRUE(after.parse(before.serialize()));
+  EXPECT_EQ(after.total(), 2u);
+  EXPECT_EQ(after.lastSummary(), "second fault");
+  EXPECT_EQ(after.faultsByTenant().at("odd name\nwith newline"), 2u);
+  EXPECT_TRUE(after.refusedUntil("odd name\nwith newline", t0 + 2s).has_value());
+}
+
+TEST(FaultHistoryTest, MalformedTextAddsNothing) {
+  FaultHistory history;
+  EXPECT_FALSE(history.parse("total x\n"));
+  EXPECT_FALSE(history.parse("tenant zz 1\n"));
+  EXPECT_FALSE(history.parse("bogus 1\n"));
+  EXPECT_EQ(history.total(), 0u);
+}
+
+}  // namespace
+}  // namespace tally::server
