@@ -9,11 +9,10 @@
 #include "server/gpu/fault_monitor.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
-#include "server/session/fault_history.h"
-#include "server/session/outbox.h"
-#include "server/session/tenant.h"
 #include "server/scheduler/policy.h"
-#include "server/session/hangup_watch.h"
+#include "server/session/outbox.h"
+#include "server/session/session_services.h"
+#include "server/session/tenant.h"
 #include "server/transform/cache/variant_store.h"
 
 #include <capnp/message.h>
@@ -25,14 +24,11 @@
 
 namespace tally::server::api {
 
-struct Services {
+// What the handlers share between tenants (server/main builds it).
+struct ApiServices {
   std::vector<gpu::Gpu*> gpus;
   gpu::ModuleStore* modules = nullptr;
-  frame::FrameLimits limits;
   unsigned inlineWaitMicros = 50;  // how long a tenant thread may wait for a short sync itself
-  unsigned pollMicros = 50;        // how long a tenant thread polls its socket before sleeping
-  unsigned handshakeTimeoutMs = 5000;  // a peer without a complete Hello by then is dropped
-  session::AuthPolicy auth;        // who may connect, with which limits
   // Kernel variants for best-effort tenants' modules; null when transforms are off.
   transform::VariantStore* variants = nullptr;
   // Test aid (transform = "stress"): best-effort launches run as random variants, PTB ones
@@ -41,12 +37,18 @@ struct Services {
   uint64_t stressSeed = 0;
   // How launches reach the GPU (server/scheduler); never null once tallyd runs.
   scheduler::Policy* policy = nullptr;
-  // Releases a dead tenant's host-callback waits while its thread is stuck (null: only at release).
-  session::HangupWatch* hangups = nullptr;
   // Notices a fault of the shared context and says what each tenant is told (null: statuses as is).
   gpu::FaultMonitor* faults = nullptr;
-  // Past faults by tenant: who is refused for a while (null: nobody).
-  session::FaultHistory* faultHistory = nullptr;
+};
+
+// The session's CallHandler: one CallContext per call, then dispatch().
+class Dispatcher final : public session::CallHandler {
+ public:
+  explicit Dispatcher(ApiServices& services) : services_(services) {}
+  std::string run(const session::IncomingCall& call) override;
+
+ private:
+  ApiServices& services_;
 };
 
 // Fills the union part of a Reply.
@@ -55,7 +57,7 @@ using ReplyFiller = std::function<void(wire::Reply::Builder)>;
 class CallContext {
  public:
   CallContext(session::Tenant& tenant, std::shared_ptr<session::Outbox> outbox, frame::StreamReader& reader,
-              uint32_t& bulkLeft, uint64_t callId, Services& services)
+              uint32_t& bulkLeft, uint64_t callId, ApiServices& services)
       : tenant_(tenant), outbox_(std::move(outbox)), reader_(reader), bulkLeft_(bulkLeft), callId_(callId),
         services_(services) {}
 
@@ -68,7 +70,7 @@ class CallContext {
   // The stream the current call queues work on (set by streamForWork), for the scheduler.
   session::StreamState* workStream() const { return workStream_; }
   void setWorkStream(session::StreamState* s) { workStream_ = s; }
-  Services& services() { return services_; }
+  ApiServices& services() { return services_; }
   const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
   bool oneWay() const { return callId_ == 0; }
 
@@ -96,7 +98,7 @@ class CallContext {
   frame::StreamReader& reader_;
   uint32_t& bulkLeft_;
   uint64_t callId_;
-  Services& services_;
+  ApiServices& services_;
   std::string protocolError_;
   session::StreamState* workStream_ = nullptr;
   std::shared_ptr<gpu::FaultEvidence> evidence_;

@@ -78,8 +78,8 @@ bool CallContext::readBulk(void* dst, size_t size) {
 }
 
 session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
-  session::StreamState* s = ctx.tenant().stream(streamId);
-  if (s != nullptr) ctx.tenant().orderBefore(*s);
+  session::StreamState* s = ctx.tenant().streams().stream(streamId);
+  if (s != nullptr) ctx.tenant().streams().orderBefore(*s);
   ctx.setWorkStream(s);
   return s;
 }
@@ -166,6 +166,14 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
                                      s->id, *s->gpu, s->stream);
   }
   return ctx.protocolErrorText().empty();
+}
+
+std::string Dispatcher::run(const session::IncomingCall& in) {
+  CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
+  ctx.setFaultEvidence(in.evidence);
+  if (in.evidence && in.call.isLaunchKernel()) in.evidence->noteLaunch();
+  if (dispatch(ctx, in.call)) return {};
+  return ctx.protocolErrorText();
 }
 
 }  // namespace tally::server::api

@@ -9,14 +9,14 @@ namespace tally::server::api {
 namespace {
 
 void synchronizeStream(CallContext& ctx, uint64_t id) {
-  session::StreamState* s = ctx.tenant().stream(id);
+  session::StreamState* s = ctx.tenant().streams().stream(id);
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   s->gpu->makeCurrent();
   replyWhenDone(ctx, *s->gpu, s->stream);
 }
 
 void queryStream(CallContext& ctx, uint64_t id) {
-  session::StreamState* s = ctx.tenant().stream(id);
+  session::StreamState* s = ctx.tenant().streams().stream(id);
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   s->gpu->makeCurrent();
   ctx.finish(cuStreamQuery(s->stream));
@@ -121,7 +121,7 @@ void hostFunc(CallContext& ctx, wire::HostFunc::Reader args) {
 }
 
 void hostFuncDone(CallContext& ctx, wire::HostFuncDone::Reader args) {
-  session::StreamState* s = ctx.tenant().stream(args.getStream());
+  session::StreamState* s = ctx.tenant().streams().stream(args.getStream());
   if (s == nullptr || s->hostFlag == nullptr || args.getSequence() > s->hostFuncIssued) {
     return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   }

@@ -51,16 +51,20 @@ std::optional<FaultEvidence::Clock::time_point> FaultEvidence::unsettledSince() 
 
 Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants) {
   Suspicion s;
-  FaultEvidence::Clock::time_point oldest{};
+  FaultEvidence::Clock::time_point oldest{}, runnerUp = FaultEvidence::Clock::time_point::max();
   for (const auto& t : tenants) {
     auto since = t->unsettledSince();
     if (!since) continue;
     s.suspects.emplace(t->tenant(), t->name());
     if (!s.culprit || *since < oldest) {
+      if (s.culprit) runnerUp = oldest;
       s.culprit = t->tenant();
       oldest = *since;
+    } else {
+      runnerUp = std::min(runnerUp, *since);
     }
   }
+  s.clear = s.culprit && (s.suspects.size() == 1 || runnerUp - oldest >= kClearMargin);
   return s;
 }
 
@@ -114,11 +118,13 @@ void FaultMonitor::declare(CUresult code, std::optional<uint64_t> culprit, const
     if (culprit) {
       auto it = tenants_.find(*culprit);
       v.culprits.emplace(*culprit, it != tenants_.end() ? it->second->name() : std::string("?"));
+      v.certain = true;
     } else {
       std::vector<std::shared_ptr<FaultEvidence>> all;
       for (auto& [id, e] : tenants_) all.push_back(e);
       Suspicion s = suspicionOf(all);
       if (s.culprit) v.culprits.emplace(*s.culprit, s.suspects.at(*s.culprit));
+      v.certain = s.clear;
       for (auto& [id, name] : s.suspects) {
         if (v.culprits.count(id) == 0) v.alsoSuspected.emplace(id, name);
       }
@@ -143,6 +149,7 @@ void FaultMonitor::declare(CUresult code, std::optional<uint64_t> culprit, const
     v.reason = fmt::format("{} in the shared context ({}); faulting tenant: {}", describe(code), reason,
                            v.culprits.empty() ? "unknown (no tenant had work on the GPU)" : list(v.culprits));
     if (!v.alsoSuspected.empty()) v.reason += fmt::format("; also had work running: {}", list(v.alsoSuspected));
+    if (!v.culprits.empty() && !v.certain) v.reason += " (blame uncertain: not counted towards a quarantine)";
     spdlog::error("GPU fault: {}; {} tenant(s) affected; tallyd tells every tenant and starts over", v.reason,
                   v.tenantsAffected);
     verdict_ = std::move(v);

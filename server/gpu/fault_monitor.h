@@ -74,6 +74,7 @@ struct FaultVerdict {
   CUresult code = CUDA_SUCCESS;                   // the native error the culprit sees
   std::map<uint64_t, std::string> culprits;      // tenant id -> name: the one blamed, or none
   std::map<uint64_t, std::string> alsoSuspected; // others that had work on the GPU (logged)
+  bool certain = false;                          // the blame counts towards a quarantine
   std::string reason;                            // one line for logs, tallyctl and the tenants
   std::chrono::system_clock::time_point at;
   // Tenants on the GPU when it happened: everybody gets told.
@@ -90,7 +91,12 @@ struct FaultVerdict {
 struct Suspicion {
   std::optional<uint64_t> culprit;
   std::map<uint64_t, std::string> suspects;  // every tenant with unfinished work, culprit included
+  // The culprit was the only suspect, or its work had been unfinished kClearMargin longer than any
+  // other's. An illegal address stops every tenant's work at once, so a bystander that launched
+  // in the same instant looks alike: such a blame is not counted towards a quarantine.
+  bool clear = false;
 };
+inline constexpr std::chrono::milliseconds kClearMargin{1};
 Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants);
 
 class FaultMonitor {

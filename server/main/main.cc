@@ -36,7 +36,7 @@ class SessionRegistry final : public transport::ConnectionSink, public admin::Se
  public:
   static constexpr std::chrono::milliseconds kNoticeGrace{500};
 
-  SessionRegistry(api::Services& services, const std::atomic<bool>& draining)
+  SessionRegistry(session::SessionServices& services, const std::atomic<bool>& draining)
       : services_(services), draining_(draining) {}
 
   // tally::server::transport::ConnectionSink
@@ -95,7 +95,7 @@ class SessionRegistry final : public transport::ConnectionSink, public admin::Se
   }
 
  private:
-  api::Services& services_;
+  session::SessionServices& services_;
   const std::atomic<bool>& draining_;
   std::atomic<uint64_t> nextTenantId_{1};
   std::mutex mutex_;
@@ -146,7 +146,9 @@ void recoverFrom(const gpu::FaultVerdict& verdict, SessionRegistry& registry, se
   auto started = std::chrono::steady_clock::now();
   registry.tellContextLost(verdict);
   std::vector<std::string> culprits;
-  for (const auto& [id, name] : verdict.culprits) culprits.push_back(name);
+  if (verdict.certain) {
+    for (const auto& [id, name] : verdict.culprits) culprits.push_back(name);
+  }
   history.record(culprits, verdict.reason, verdict.at);
   spdlog::error("GPU fault: {} tenant(s) told in {:.0f} ms; {} fault(s) since tallyd first started", verdict.tenantsAffected,
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
@@ -200,12 +202,17 @@ int run(int argc, char** argv) {
     spdlog::error("no GPU is visible to tallyd: {}. Clients will be refused until tallyd restarts on a GPU host.", error);
   }
   gpu::ModuleStore modules(config.moduleCacheBytes);
-  api::Services services;
+  // What the request handlers share, and what each session needs (session/ never sees api/).
+  api::ApiServices apiServices;
+  session::SessionServices services;
   for (auto& g : gpus) services.gpus.push_back(g.get());
-  services.modules = &modules;
+  apiServices.gpus = services.gpus;
+  apiServices.modules = &modules;
+  apiServices.inlineWaitMicros = config.inlineWaitMicros;
+  api::Dispatcher dispatcher(apiServices);
+  services.calls = &dispatcher;
   services.limits.maxMessageBytes = config.maxMessageBytes;
   services.limits.maxBulkBytes = config.maxBulkBytes;
-  services.inlineWaitMicros = config.inlineWaitMicros;
   services.pollMicros = config.pollMicros;
   services.handshakeTimeoutMs = config.handshakeTimeoutMs;
   services.auth = config.auth;
@@ -214,7 +221,7 @@ int run(int argc, char** argv) {
     spdlog::error("{}", error);
     return 2;
   }
-  services.policy = policyImpl.get();
+  services.policy = apiServices.policy = policyImpl.get();
   session::HangupWatch hangups;
   services.hangups = &hangups;
   if (config.scheduler.policy == "priority") {
@@ -230,11 +237,11 @@ int run(int argc, char** argv) {
     variants.emplace(config.cacheDir, driverVersion,
                      config.transform == "stress" ? transform::VariantStore::Mode::kWait
                                                   : transform::VariantStore::Mode::kLazy);
-    services.variants = &*variants;
-    services.stress = config.transform == "stress";
-    services.stressSeed = config.stressSeed != 0 ? config.stressSeed : std::random_device{}();
+    apiServices.variants = &*variants;
+    apiServices.stress = config.transform == "stress";
+    apiServices.stressSeed = config.stressSeed != 0 ? config.stressSeed : std::random_device{}();
     spdlog::info("kernel transforms {} for best-effort tenants, compiled variants in {}{}", config.transform,
-                 config.cacheDir, services.stress ? fmt::format(" (STRESS MODE, seed {})", services.stressSeed) : "");
+                 config.cacheDir, apiServices.stress ? fmt::format(" (STRESS MODE, seed {})", apiServices.stressSeed) : "");
   }
   spdlog::info("{} tenant rule{}, authentication {}; at most {} connections, {} ms for a handshake",
                config.auth.tenants.size(), config.auth.tenants.size() == 1 ? "" : "s",
@@ -261,7 +268,7 @@ int run(int argc, char** argv) {
     faultMonitor.emplace(faultOptions, services.gpus, [&registry, &faultHistory](const gpu::FaultVerdict& v) {
       recoverFrom(v, registry, faultHistory);
     });
-    services.faults = &*faultMonitor;
+    services.faults = apiServices.faults = &*faultMonitor;
   }
   transport::Listener listener(listenOptions, registry);
   if (!listener.bind(error)) {

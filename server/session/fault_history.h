@@ -29,8 +29,8 @@ class FaultHistory {
   FaultHistory(const FaultHistory& other);
   FaultHistory& operator=(const FaultHistory& other);
 
-  // One fault of the shared context. `culprits`: the tenants named by the verdict; a fault counts
-  // against a tenant only when it was the sole one named (several suspects may be innocent).
+  // One fault of the shared context. `culprits`: the tenants surely to blame (empty when the blame
+  // is uncertain); a fault counts against a tenant only when it was the sole one named.
   void record(const std::vector<std::string>& culprits, const std::string& summary, Clock::time_point at);
   // Until when `tenant` is refused, if it is now.
   std::optional<Clock::time_point> refusedUntil(const std::string& tenant, Clock::time_point now) const;

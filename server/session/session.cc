@@ -10,7 +10,7 @@
 
 namespace tally::server::session {
 
-Session::Session(int fd, PeerInfo peer, api::Services& services, uint64_t tenantId, const std::atomic<bool>& draining)
+Session::Session(int fd, PeerInfo peer, SessionServices& services, uint64_t tenantId, const std::atomic<bool>& draining)
     : fd_(fd), peer_(std::move(peer)), services_(services), tenantId_(tenantId), draining_(draining) {
   outbox_ = std::make_shared<Outbox>(fd_);
 }
@@ -183,7 +183,7 @@ bool Session::greet(frame::IncomingFrame& frame) {
   rateLimit_ = CallRateLimit(admission->limits.maxCallsPerSecond);
   if (services_.policy != nullptr) {
     const bool high = admission->priority == PriorityClass::kHigh;
-    if (services_.policy->streamPriority(high, *services_.gpus.front())) tenant_->setStreamBand(high);
+    if (services_.policy->streamPriority(high, *services_.gpus.front())) tenant_->streams().setBand(high);
   }
   admittedAt_ = std::chrono::system_clock::now();
   admitted_.store(true, std::memory_order_release);
@@ -226,11 +226,9 @@ bool Session::serve(frame::StreamReader& reader) {
       for (auto call : message.getCalls()) {
         throttle();
         BusyMark busy(tenant_->counters(), static_cast<int32_t>(call.which()));
-        api::CallContext ctx(*tenant_, outbox_, reader, bulkLeft, call.getId(), services_);
-        ctx.setFaultEvidence(faultEvidence_);
-        if (faultEvidence_ && call.isLaunchKernel()) faultEvidence_->noteLaunch();
-        if (!api::dispatch(ctx, call)) {
-          spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), ctx.protocolErrorText());
+        if (std::string why = services_.calls->run({*tenant_, outbox_, reader, bulkLeft, call, faultEvidence_});
+            !why.empty()) {
+          spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), why);
           return false;
         }
       }

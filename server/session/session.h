@@ -3,7 +3,8 @@
 // tenant blocked in a sync still gets its other threads' launches executed.
 #pragma once
 
-#include "server/api/call_context.h"
+#include "server/session/session_services.h"
+#include "server/session/tenant.h"
 #include "server/session/call_rate_limit.h"
 
 #include <atomic>
@@ -28,7 +29,7 @@ void buildRefusal(capnp::MessageBuilder& message, const std::string& why);
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // While `draining` is true the handshake refuses new tenants ("tallyd is draining").
-  Session(int fd, PeerInfo peer, api::Services& services, uint64_t tenantId, const std::atomic<bool>& draining);
+  Session(int fd, PeerInfo peer, SessionServices& services, uint64_t tenantId, const std::atomic<bool>& draining);
   ~Session();
 
   // Runs the session on its own thread; `onExit` is called from that thread at the end.
@@ -76,7 +77,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   int fd_;
   PeerInfo peer_;
-  api::Services& services_;
+  SessionServices& services_;
   uint64_t tenantId_;
   const std::atomic<bool>& draining_;
   std::shared_ptr<Outbox> outbox_;

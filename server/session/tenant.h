@@ -96,11 +96,6 @@ class Tenant {
   ModuleTable& modules() { return modules_; }
   HostMappingTable& hostMappings() { return hostMappings_; }
 
-  // Kept for dispatch.cc and session.cc (streams().stream / orderBefore / setBand).
-  StreamState* stream(uint64_t id) { return streams_.stream(id); }
-  void orderBefore(StreamState& s) { streams_.orderBefore(s); }
-  void setStreamBand(std::optional<bool> highest) { streams_.setBand(highest); }
-
   // --- memory (allocations come from the GPU's pool on the tenant's allocation stream) ---
   CUresult allocate(uint32_t device, size_t size, CUdeviceptr& out);
   CUresult allocatePitch(uint32_t device, size_t width, size_t height, CUdeviceptr& out, size_t& pitch);

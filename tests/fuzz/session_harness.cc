@@ -26,7 +26,9 @@ struct Server {
   std::vector<std::unique_ptr<server::gpu::Gpu>> gpus;
   server::gpu::ModuleStore modules{kModuleStoreBytes};
   server::scheduler::PassthroughPolicy policy;
-  server::api::Services services;
+  server::api::ApiServices apiServices;
+  server::api::Dispatcher dispatcher{apiServices};
+  server::session::SessionServices services;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> nextTenant{1};
 
@@ -40,8 +42,10 @@ struct Server {
       std::abort();
     }
     for (auto& g : gpus) services.gpus.push_back(g.get());
-    services.modules = &modules;
-    services.policy = &policy;
+    apiServices.gpus = services.gpus;
+    apiServices.modules = &modules;
+    services.policy = apiServices.policy = &policy;
+    services.calls = &dispatcher;
     services.pollMicros = 0;  // the client answers at once or not at all
   }
 };

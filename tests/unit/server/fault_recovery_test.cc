@@ -67,6 +67,19 @@ TEST(Suspicion, OfSeveralTheLongestUnfinishedIsBlamed) {
   auto s = gpu::suspicionOf({progressing, stuck});
   EXPECT_EQ(s.culprit, std::optional<uint64_t>(1));
   EXPECT_EQ(s.suspects.size(), 2u);
+  EXPECT_TRUE(s.clear);  // 6 ms apart
+}
+
+TEST(Suspicion, WindowsOpenedInTheSameInstantAreNotAClearBlame) {
+  auto t0 = FaultEvidence::Clock::now();
+  auto a = std::make_shared<FaultEvidence>(1, "a");
+  auto b = std::make_shared<FaultEvidence>(2, "b");
+  a->noteLaunch(t0);
+  b->noteLaunch(t0 + 200us);
+  auto s = gpu::suspicionOf({b, a});
+  EXPECT_EQ(s.culprit, std::optional<uint64_t>(1));
+  EXPECT_FALSE(s.clear);
+  EXPECT_TRUE(gpu::suspicionOf({a}).clear);  // alone: nobody else to blame
 }
 
 TEST(Suspicion, NobodyWhenNoTenantHadWork) {
