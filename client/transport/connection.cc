@@ -190,44 +190,6 @@ CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec>
 
 namespace {
 
-struct SendProgress {
-  size_t bytes = 0;
-  int error = 0;  // errno of the send that stopped it; 0 when everything went out
-};
-
-// Drops the first `sent` bytes from parts[index...].
-void advance(std::vector<iovec>& parts, size_t& index, size_t sent) {
-  while (index < parts.size() && sent >= parts[index].iov_len) {
-    sent -= parts[index].iov_len;
-    ++index;
-  }
-  if (sent > 0) {
-    parts[index].iov_base = static_cast<char*>(parts[index].iov_base) + sent;
-    parts[index].iov_len -= sent;
-  }
-}
-
-// frame::writeAll, but saying how far it got and why it stopped: a fault in the application's
-// bytes must be told apart from a peer that is gone.
-SendProgress sendCounting(int fd, std::vector<iovec> parts) {
-  SendProgress progress;
-  size_t index = 0;
-  while (index < parts.size()) {
-    msghdr msg{};
-    msg.msg_iov = parts.data() + index;
-    msg.msg_iovlen = std::min<size_t>(parts.size() - index, IOV_MAX);
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      progress.error = errno;
-      return progress;
-    }
-    progress.bytes += static_cast<size_t>(n);
-    advance(parts, index, static_cast<size_t>(n));
-  }
-  return progress;
-}
-
 // `bytes` zeros, written from one zeroed block.
 frame::IoStatus writeZeros(int fd, size_t bytes) {
   static const std::vector<char> zeros(64u << 10, 0);
@@ -252,19 +214,20 @@ CUresult Connection::writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std
                            {const_cast<capnp::word*>(words.begin()), words.size() * sizeof(capnp::word)}};
   const size_t headBytes = parts[0].iov_len + parts[1].iov_len;
   parts.insert(parts.end(), bulk.begin(), bulk.end());
-  SendProgress sent = sendCounting(fd_, std::move(parts));
+  int error = 0;
+  size_t sentBytes = frame::sendCounting(fd_, parts, error);
   lastWrite_ = std::chrono::steady_clock::now();
-  if (sent.error == 0) return CUDA_SUCCESS;
-  if (sent.error == EFAULT) {  // only the bulk can fault: the header and message are ours
+  if (error == 0) return CUDA_SUCCESS;
+  if (error == EFAULT) {  // only the bulk can fault: the header and message are ours
     spdlog::error("tally: the bulk bytes of a call ({} bytes) could not be read from host memory (the application "
                   "unmapped or protected it); the call fails with CUDA_ERROR_INVALID_VALUE", bulkBytes);
-    if (sent.bytes == 0) return CUDA_ERROR_INVALID_VALUE;  // nothing of the frame went out
-    frame::IoStatus padded = writeZeros(fd_, headBytes + bulkBytes - sent.bytes);
+    if (sentBytes == 0) return CUDA_ERROR_INVALID_VALUE;  // nothing of the frame went out
+    frame::IoStatus padded = writeZeros(fd_, headBytes + bulkBytes - sentBytes);
     if (padded.ok) return CUDA_ERROR_INVALID_VALUE;
     fail(padded.error);
     return lostStatus();
   }
-  fail(std::string("send failed: ") + std::strerror(sent.error));
+  fail(std::string("send failed: ") + std::strerror(error));
   return lostStatus();
 }
 

@@ -150,9 +150,10 @@ IoStatus StreamReader::skip(size_t size) {
   return {};
 }
 
-IoStatus writeAll(int fd, std::span<const iovec> parts) {
+size_t sendCounting(int fd, std::span<const iovec> parts, int& error) {
   std::vector<iovec> pending(parts.begin(), parts.end());
-  size_t index = 0;
+  size_t index = 0, sent = 0;
+  error = 0;
   while (index < pending.size()) {
     msghdr msg{};
     msg.msg_iov = pending.data() + index;
@@ -160,9 +161,11 @@ IoStatus writeAll(int fd, std::span<const iovec> parts) {
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return IoStatus::failure(fmt::format("send failed: {}", std::strerror(errno)));
+      error = errno;
+      return sent;
     }
     auto left = static_cast<size_t>(n);
+    sent += left;
     while (index < pending.size() && left >= pending[index].iov_len) {
       left -= pending[index].iov_len;
       ++index;
@@ -172,6 +175,13 @@ IoStatus writeAll(int fd, std::span<const iovec> parts) {
       pending[index].iov_len -= left;
     }
   }
+  return sent;
+}
+
+IoStatus writeAll(int fd, std::span<const iovec> parts) {
+  int error = 0;
+  sendCounting(fd, parts, error);
+  if (error != 0) return IoStatus::failure(fmt::format("send failed: {}", std::strerror(error)));
   return {};
 }
 

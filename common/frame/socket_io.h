@@ -73,6 +73,10 @@ class StreamReader {
 };
 
 IoStatus writeAll(int fd, std::span<const iovec> parts);
+// writeAll, saying how far it got and why it stopped: `error` is the errno of the send that
+// stopped it (0: every byte went out). A caller whose bytes are another's (an application's
+// buffer) can tell EFAULT apart from a peer that is gone.
+size_t sendCounting(int fd, std::span<const iovec> parts, int& error);
 
 // One received frame: the message stays readable until the next readMessage on this object;
 // its bulk bytes are still in the reader and must be consumed (read or skip) before the next.

@@ -64,23 +64,37 @@ int faulting(const char* mode) {
   return reportFailure(e);
 }
 
-// A bystander: real work with results checked, until a call fails.
-int busy() {
-  const int n = 1 << 20;
-  float *a, *b, *c;
-  if (cudaError_t e = cudaMalloc(&a, n * sizeof(float)); e != cudaSuccess) return reportFailure(e);
-  cudaMalloc(&b, n * sizeof(float));
-  cudaMalloc(&c, n * sizeof(float));
-  std::vector<float> ha(n, 1.0f), hb(n, 2.0f), hc(n);
-  for (int round = 0; round < 1000000; ++round) {
+// Three device vectors and one round of c = a + b through them, copies included.
+struct Vectors {
+  int n = 0;
+  float *a = nullptr, *b = nullptr, *c = nullptr;
+
+  cudaError_t allocate(int count) {
+    n = count;
+    for (float** v : {&a, &b, &c}) {
+      if (cudaError_t e = cudaMalloc(v, n * sizeof(float)); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+  // `spinNanoseconds` of extra GPU time first, so that the round keeps work on the GPU.
+  cudaError_t add(const std::vector<float>& ha, const std::vector<float>& hb, std::vector<float>& hc,
+                  unsigned long long spinNanoseconds) {
     cudaMemcpy(a, ha.data(), n * sizeof(float), cudaMemcpyHostToDevice);
     cudaMemcpy(b, hb.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-    spinFor<<<4, 32>>>(2ull * 1000 * 1000);
+    if (spinNanoseconds > 0) spinFor<<<4, 32>>>(spinNanoseconds);
     addVectors<<<(n + 255) / 256, 256>>>(a, b, c, n);
-    if (cudaError_t e = cudaMemcpy(hc.data(), c, n * sizeof(float), cudaMemcpyDeviceToHost); e != cudaSuccess) {
-      return reportFailure(e);
-    }
-    if (hc[round % n] != 3.0f) {
+    return cudaMemcpy(hc.data(), c, n * sizeof(float), cudaMemcpyDeviceToHost);
+  }
+};
+
+// A bystander: real work with results checked, until a call fails.
+int busy() {
+  Vectors v;
+  if (cudaError_t e = v.allocate(1 << 20); e != cudaSuccess) return reportFailure(e);
+  std::vector<float> ha(v.n, 1.0f), hb(v.n, 2.0f), hc(v.n);
+  for (int round = 0; round < 1000000; ++round) {
+    if (cudaError_t e = v.add(ha, hb, hc, 2ull * 1000 * 1000); e != cudaSuccess) return reportFailure(e);
+    if (hc[round % v.n] != 3.0f) {
       std::printf("wrong result in round %d\n", round);
       return 1;
     }
@@ -100,20 +114,12 @@ int fill() {
 }
 
 int fresh() {
-  const int n = 1 << 16;
-  float *a, *b, *c;
-  if (cudaError_t e = cudaMalloc(&a, n * sizeof(float)); e != cudaSuccess) return reportFailure(e);
-  cudaMalloc(&b, n * sizeof(float));
-  cudaMalloc(&c, n * sizeof(float));
-  std::vector<float> ha(n), hb(n), hc(n);
-  for (int i = 0; i < n; ++i) ha[i] = float(i), hb[i] = float(2 * i);
-  cudaMemcpy(a, ha.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-  cudaMemcpy(b, hb.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-  addVectors<<<(n + 255) / 256, 256>>>(a, b, c, n);
-  if (cudaError_t e = cudaMemcpy(hc.data(), c, n * sizeof(float), cudaMemcpyDeviceToHost); e != cudaSuccess) {
-    return reportFailure(e);
-  }
-  for (int i = 0; i < n; ++i) {
+  Vectors v;
+  if (cudaError_t e = v.allocate(1 << 16); e != cudaSuccess) return reportFailure(e);
+  std::vector<float> ha(v.n), hb(v.n), hc(v.n);
+  for (int i = 0; i < v.n; ++i) ha[i] = float(i), hb[i] = float(2 * i);
+  if (cudaError_t e = v.add(ha, hb, hc, 0); e != cudaSuccess) return reportFailure(e);
+  for (int i = 0; i < v.n; ++i) {
     if (hc[i] != float(3 * i)) {
       std::printf("wrong sum at %d\n", i);
       return 1;

@@ -128,6 +128,8 @@ template <typename T>
 CUresult memset2D(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height, CUstream s) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
   if (height > 1 && pitch < width * sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
+  // As the driver: 16- and 32-bit memsets need every row aligned to their element.
+  if (dst % sizeof(T) != 0 || (height > 1 && pitch % sizeof(T) != 0)) return CUDA_ERROR_INVALID_VALUE;
   fillRows(dst, pitch, value, width, height);
   return CUDA_SUCCESS;
 }
