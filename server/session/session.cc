@@ -174,6 +174,11 @@ bool Session::greet(frame::IncomingFrame& frame) {
     refuse(why);
     return false;
   }
+  if (services_.faults != nullptr && services_.faults->verdict()) {
+    refuse("the GPU's shared context was lost to a kernel fault and tallyd is starting over; retry in a second",
+           fmt::format(" (tenant {})", admission->name));
+    return false;
+  }
   if (services_.gpus.empty()) {
     refuse("no GPU is visible to tallyd", fmt::format(" (tenant {})", admission->name));
     return false;

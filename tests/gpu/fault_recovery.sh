@@ -71,7 +71,9 @@ cat >"$TMPD/tallyd.toml" <<EOF
 listen = ["unix:$SOCK"]
 admin_socket = "$TMPD/admin.sock"
 kernel_timeout_s = $TIMEOUT_S
-fault_quarantine_after = 0
+fault_quarantine_after = 2
+fault_quarantine_window_s = 600
+fault_quarantine_s = 300
 EOF
 "$BUILD/server/tallyd" --config "$TMPD/tallyd.toml" >"$LOG" 2>&1 &
 TALLYD_PID=$!
@@ -143,6 +145,19 @@ for round in $(seq 1 "$ROUNDS"); do
     record FAIL "round $round ($kind)" "$problems"
   fi
 done
+
+# ---- a tenant that keeps faulting is refused for a while (fault_quarantine_after = 2)
+for attempt in 1 2; do
+  tenant repeat assert "$TMPD/runs/repeat-$attempt.out"
+  first_good_tenant "repeat-$attempt" >/dev/null
+done
+tenant repeat fresh "$TMPD/runs/repeat-3.out"
+if grep -q 'refused for another' "$TMPD/runs/repeat-3.out.err" && ! grep -qx ok "$TMPD/runs/repeat-3.out"; then
+  record PASS quarantine "after 2 faults: $(grep -o "tenant repeat made.*" "$TMPD/runs/repeat-3.out.err" | head -n 1)"
+else
+  record FAIL quarantine "third run of tenant 'repeat' was not refused: $(tail -n 2 "$TMPD/runs/repeat-3.out.err" | tr '\n' ' ')"
+fi
+first_good_tenant after-quarantine >/dev/null || record FAIL quarantine "other tenants refused too"
 
 # ---- nothing leaked: same process, same threads and descriptors, GPU memory back
 first_good_tenant final >/dev/null
