@@ -54,9 +54,10 @@ CUresult checkLimitRequest(CallContext& ctx, CUlimit limit, size_t value) {
 void setLimit(CallContext& ctx, wire::Limit::Reader args) {
   gpu::Gpu* g = ctx.tenant().gpu(args.getDevice());
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
-  auto limit = static_cast<CUlimit>(args.getLimit());
-  if (CUresult r = checkLimitRequest(ctx, limit, args.getValue()); r != CUDA_SUCCESS) return ctx.finish(r);
-  CUresult r = g->raiseLimit(limit, args.getValue());
+  std::optional<CUlimit> limit = enumFromWire(args.getLimit(), CU_LIMIT_MAX);
+  if (!limit) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (CUresult r = checkLimitRequest(ctx, *limit, args.getValue()); r != CUDA_SUCCESS) return ctx.finish(r);
+  CUresult r = g->raiseLimit(*limit, args.getValue());
   if (r == CUDA_SUCCESS) ctx.tenant().requestedLimits()[args.getLimit()] = args.getValue();
   ctx.finish(r);
 }
@@ -64,14 +65,16 @@ void setLimit(CallContext& ctx, wire::Limit::Reader args) {
 void getLimit(CallContext& ctx, wire::Limit::Reader args) {
   gpu::Gpu* g = ctx.tenant().gpu(args.getDevice());
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
+  std::optional<CUlimit> limit = enumFromWire(args.getLimit(), CU_LIMIT_MAX);
+  if (!limit) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   size_t value = 0;
-  CUresult r = g->getLimit(static_cast<CUlimit>(args.getLimit()), value);
+  CUresult r = g->getLimit(*limit, value);
   // A tenant sees the value it set (or tallyd's starting value), although the shared context
   // may hold a larger one that another tenant asked for.
   auto& requested = ctx.tenant().requestedLimits();
   if (auto it = requested.find(args.getLimit()); r == CUDA_SUCCESS && it != requested.end()) {
     value = it->second;
-  } else if (size_t initial = g->initialLimit(static_cast<CUlimit>(args.getLimit())); r == CUDA_SUCCESS && initial != 0) {
+  } else if (size_t initial = g->initialLimit(*limit); r == CUDA_SUCCESS && initial != 0) {
     value = initial;
   }
   ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(value); });

@@ -37,26 +37,33 @@ std::optional<int> priorityBand(CallContext& ctx, const gpu::Gpu& g) {
 // what the tenant's class allows. NOT_SUPPORTED for attributes that reach into the shared context.
 CUresult toDriverAttribute(CallContext& ctx, const gpu::Gpu& g, wire::LaunchAttribute::Reader in,
                            CUlaunchAttribute& out) {
-  out.id = static_cast<CUlaunchAttributeID>(in.getId());
+  const uint32_t id = in.getId();
   auto v = in.getValue();
-  switch (out.id) {
-    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: out.value.cooperative = static_cast<int>(v.getX()); return CUDA_SUCCESS;
+  switch (id) {
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: out.value.cooperative = static_cast<int>(v.getX()); break;
     case CU_LAUNCH_ATTRIBUTE_PRIORITY: {
       const auto& d = g.description();
       out.value.priority = clampLaunchPriority(static_cast<int>(v.getX()), d.streamPriorityGreatest,
                                                d.streamPriorityLeast, priorityBand(ctx, g));
-      return CUDA_SUCCESS;
+      break;
     }
     case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
       out.value.clusterDim.x = v.getX();
       out.value.clusterDim.y = v.getY();
       out.value.clusterDim.z = v.getZ();
-      return CUDA_SUCCESS;
-    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-      out.value.clusterSchedulingPolicyPreference = static_cast<CUclusterSchedulingPolicy>(v.getX());
-      return CUDA_SUCCESS;
+      break;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: {
+      auto policy = enumFromWire(v.getX(), static_cast<CUclusterSchedulingPolicy>(CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING + 1));
+      if (!policy) return CUDA_ERROR_INVALID_VALUE;
+      out.value.clusterSchedulingPolicyPreference = *policy;
+      break;
+    }
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
+  // Cast only now that it is one of the ids above: an unchecked cast would be undefined
+  // behaviour (CUlaunchAttributeID has no public _MAX to check against).
+  out.id = static_cast<CUlaunchAttributeID>(id);
+  return CUDA_SUCCESS;
 }
 
 CUresult launchAttributes(CallContext& ctx, const gpu::Gpu& g, wire::LaunchKernel::Reader args,

@@ -2,6 +2,7 @@
 // arrival, so one tenant cannot plant code under another's hash); each tenant loads its own
 // module instance and so has its own __device__ globals.
 #include "server/api/call_context.h"
+#include "server/api/request_checks.h"
 
 #include "common/hash/content_hash.h"
 #include "server/transform/ptb.h"
@@ -131,7 +132,9 @@ void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
   session::FunctionState* f = ctx.tenant().modules().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   f->gpu->makeCurrent();
-  auto attribute = static_cast<CUfunction_attribute>(args.getAttribute());
+  std::optional<CUfunction_attribute> checked = enumFromWire(args.getAttribute(), CU_FUNC_ATTRIBUTE_MAX);
+  if (!checked) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  CUfunction_attribute attribute = *checked;
   for (CUfunction changed : {f->function, f->sliced, f->ptb}) {
     if (changed != nullptr) ctx.tenant().modules().noteAttributeChange(f->module, changed, attribute);
   }

@@ -28,6 +28,15 @@ inline std::optional<uint64_t> checkedProduct(uint64_t a, uint64_t b) {
   return product;
 }
 
+// A CUDA enum value from the wire, or nullopt when it is not below `end` (the enum's _MAX, or its
+// last value + 1): casting an unchecked integer to an enum is undefined behaviour, and the
+// driver must never see a value the headers do not name.
+template <typename Enum>
+std::optional<Enum> enumFromWire(uint64_t value, Enum end) {
+  if (value >= static_cast<uint64_t>(end)) return std::nullopt;
+  return static_cast<Enum>(value);
+}
+
 // A wire pitch of 0 means "rows packed": the pitch is the row width.
 inline uint64_t pitchOr(uint64_t pitch, uint64_t width) { return pitch != 0 ? pitch : width; }
 

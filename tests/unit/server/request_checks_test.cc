@@ -127,3 +127,18 @@ TEST(LaunchPriority, HighPriorityAndUnbandedTenantsKeepTheirChoiceWithinTheDevic
 
 }  // namespace
 }  // namespace tally::server::api
+
+namespace tally::server::api {
+namespace {
+
+// Fuzzer finding: a limit id from the wire was cast to CUlimit unchecked (undefined behaviour,
+// and the driver would have seen a value no header names).
+TEST(EnumFromWire, ValuesPastTheEnumAreRefused) {
+  EXPECT_EQ(enumFromWire(uint64_t(CU_LIMIT_STACK_SIZE), CU_LIMIT_MAX), std::optional<CUlimit>(CU_LIMIT_STACK_SIZE));
+  EXPECT_FALSE(enumFromWire(uint64_t(CU_LIMIT_MAX), CU_LIMIT_MAX).has_value());
+  EXPECT_FALSE(enumFromWire(uint64_t(577176782), CU_LIMIT_MAX).has_value());
+  EXPECT_FALSE(enumFromWire(~uint64_t(0), CU_FUNC_ATTRIBUTE_MAX).has_value());
+}
+
+}  // namespace
+}  // namespace tally::server::api
