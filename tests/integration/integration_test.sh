@@ -653,6 +653,26 @@ case_security_anonymous_tcp() {
   stop_tallyd
 }
 
+# A tallyd that started over after GPU faults (TALLY_FAULT_HISTORY, server/main/restart.h) keeps
+# its fault history: a tenant blamed for fault_quarantine_after recent faults is refused with the
+# time left, before any GPU is needed; others are not; tallyctl status shows the faults.
+case_security_quarantine() {
+  need_program
+  local now hex
+  now=$(date +%s)
+  hex=$(printf '%s' "it-repeat" | od -An -tx1 | tr -d ' \n')
+  printf 'fault_quarantine_after = 2\nfault_quarantine_window_s = 600\nfault_quarantine_s = 300\n' >"$TMPD/q.toml"
+  TALLY_FAULT_HISTORY=$(printf 'total 3\nlast %s\ntenant %s %s %s\n' "$(printf 'an assert' | od -An -tx1 | tr -d ' \n')" \
+    "$hex" $((now - 20)) $((now - 10))) start_tallyd --config "$TMPD/q.toml"
+  expect_log "tallyd started over after a GPU fault: an assert \(faults so far: 3\)" "the inherited fault history"
+  expect_refused repeat "unix:$SOCK" "tenant it-repeat made the GPU fault 2 times recently; refused for another"
+  if gpu_visible; then expect_served other "unix:$SOCK"; else expect_refused other "unix:$SOCK" "$NO_GPU_MSG"; fi
+  ctl_ok status status
+  ctl_expect '^faults +3$' "the fault count"
+  ctl_expect '^  tenant +it-repeat: 2 fault\(s\), refused for [0-9]+ s more$' "the quarantined tenant"
+  stop_tallyd
+}
+
 # ------------------------------------------------------------------ operations (tallyctl)
 # ctl NAME ARGS...: runs tallyctl against tallyd's control socket; sets CTL_RC, CTL_OUT, CTL_ERR
 ctl() {
@@ -917,6 +937,7 @@ case $CASE in
   security_max_connections) case_security_max_connections ;;
   security_socket_dir) case_security_socket_dir ;;
   security_anonymous_tcp) case_security_anonymous_tcp ;;
+  security_quarantine) case_security_quarantine ;;
   operations_status) case_operations_status ;;
   operations_drain) case_operations_drain ;;
   operations_evict) case_operations_evict ;;
