@@ -177,9 +177,59 @@ CUresult streamInfo(CUstream stream, int* priority, unsigned* flags) {
   return CUDA_SUCCESS;
 }
 
+// Stream capture: tallyd does not capture yet (cudaStreamBeginCapture answers NotSupported), so no
+// stream of this client is ever capturing. The queries say so for real handles — PyTorch's
+// allocator asks with every new allocation — and the per-thread capture mode is kept as the
+// runtime keeps it, so code that swaps it around a region gets its own value back.
+CUresult captureStatus(CUstream stream, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = streamInfo(stream, nullptr, nullptr); r != CUDA_SUCCESS) return r;
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+// Not capturing: the id, graph and dependencies of a capture are cleared.
+CUresult captureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                     const CUgraphNode** dependencies, const CUgraphEdgeData** edges, size_t* dependencyCount) {
+  if (id != nullptr) *id = 0;
+  if (graph != nullptr) *graph = nullptr;
+  if (dependencies != nullptr) *dependencies = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (dependencyCount != nullptr) *dependencyCount = 0;
+  return captureStatus(stream, status);
+}
+
+CUresult exchangeCaptureMode(CUstreamCaptureMode* mode) {
+  thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  if (mode == nullptr || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::swap(current, *mode);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 // --- runtime -----------------------------------------------------------------------------------
+
+TALLY_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return guardRuntime(__func__, [&] {
+    return captureStatus(stream, reinterpret_cast<CUstreamCaptureStatus*>(status));
+  });
+}
+TALLY_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                               unsigned long long* id, cudaGraph_t* graph,
+                                               const cudaGraphNode_t** dependencies, const cudaGraphEdgeData** edges,
+                                               size_t* dependencyCount) {
+  return guardRuntime(__func__, [&] {
+    return captureInfo(stream, reinterpret_cast<CUstreamCaptureStatus*>(status), reinterpret_cast<cuuint64_t*>(id),
+                       reinterpret_cast<CUgraph*>(graph), reinterpret_cast<const CUgraphNode**>(dependencies),
+                       reinterpret_cast<const CUgraphEdgeData**>(edges), dependencyCount);
+  });
+}
+TALLY_API cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  return guardRuntime(__func__, [&] { return exchangeCaptureMode(reinterpret_cast<CUstreamCaptureMode*>(mode)); });
+}
 
 TALLY_API cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   return guardRuntime(__func__, [&] { return createStream(reinterpret_cast<CUstream*>(stream), 0, 0); });
@@ -257,6 +307,23 @@ TALLY_API CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
 }
 TALLY_API CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
   return guardDriver(__func__, [&] { return createStream(stream, flags, priority); });
+}
+TALLY_API CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  return guardDriver(__func__, [&] { return captureStatus(stream, status); });
+}
+TALLY_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  return guardDriver(__func__, [&] { return exchangeCaptureMode(mode); });
+}
+// cuStreamGetCaptureInfo is cuStreamGetCaptureInfo_v3 in CUDA 13's header; libraries built
+// against CUDA 11.3-12.2 headers (cuBLAS 13 among them) import _v2.
+TALLY_API CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                                          const CUgraphNode** dependencies, const CUgraphEdgeData** edges,
+                                          size_t* dependencyCount) {
+  return guardDriver(__func__, [&] { return captureInfo(stream, status, id, graph, dependencies, edges, dependencyCount); });
+}
+TALLY_API CUresult cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                             CUgraph* graph, const CUgraphNode** dependencies, size_t* dependencyCount) {
+  return guardDriver(__func__, [&] { return captureInfo(stream, status, id, graph, dependencies, nullptr, dependencyCount); });
 }
 TALLY_API CUresult cuStreamDestroy(CUstream stream) { return guardDriver(__func__, [&] { return destroyStream(stream); }); }
 TALLY_API CUresult cuStreamSynchronize(CUstream stream) {

@@ -153,4 +153,49 @@ TEST_F(BadInput, HostCallbackNoticesNameOnlyIssuedIds) {
   expectStillConnected();
 }
 
+// Stream capture is not forwarded yet, so no stream is ever capturing: the queries PyTorch's
+// allocator makes with every allocation say so for real streams and refuse what is not one; the
+// per-thread capture mode is swapped as the runtime swaps it.
+TEST(StreamCapture, QueriesSayNoStreamIsCapturing) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (cudaStream_t s : {cudaStream_t{}, cudaStreamLegacy, stream}) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+    EXPECT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+    EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  unsigned long long id = 42;
+  size_t dependencies = 7;
+  EXPECT_EQ(cudaStreamGetCaptureInfo(stream, &status, &id, nullptr, nullptr, nullptr, &dependencies), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  EXPECT_EQ(id, 0u);
+  EXPECT_EQ(dependencies, 0u);
+  CUstreamCaptureStatus driverStatus = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  EXPECT_EQ(cuStreamIsCapturing(reinterpret_cast<CUstream>(stream), &driverStatus), CUDA_SUCCESS);
+  EXPECT_EQ(driverStatus, CU_STREAM_CAPTURE_STATUS_NONE);
+
+  auto* bogus = reinterpret_cast<cudaStream_t>(uintptr_t{0x1000});
+  EXPECT_EQ(cudaStreamIsCapturing(bogus, &status), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaStreamIsCapturing(stream, nullptr), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+TEST(StreamCapture, CaptureModeIsPerThreadAndSwapped) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeGlobal);  // the default
+  std::thread([] {
+    cudaStreamCaptureMode other = cudaStreamCaptureModeThreadLocal;
+    EXPECT_EQ(cudaThreadExchangeStreamCaptureMode(&other), cudaSuccess);
+    EXPECT_EQ(other, cudaStreamCaptureModeGlobal);  // another thread's own default
+  }).join();
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);  // what this thread set
+  auto invalid = static_cast<cudaStreamCaptureMode>(7);
+  EXPECT_EQ(cudaThreadExchangeStreamCaptureMode(&invalid), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+}
+
 }  // namespace
