@@ -4,6 +4,7 @@
 #include "client/api/api_util.h"
 #include "client/runtime/argument_checks.h"
 #include "client/runtime/staging_ring.h"
+#include "client/transport/host_memory.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -161,7 +162,9 @@ CUresult copyToDevice(const Copy2D& c, uint64_t stream, bool sync) {
     iovec bulk{const_cast<char*>(src), c.width * rows};
     if (c.srcPitch != c.width && rows > 1) {
       packed.resize(c.width * rows);
-      for (size_t r = 0; r < rows; ++r) std::memcpy(packed.data() + r * c.width, src + r * c.srcPitch, c.width);
+      for (size_t r = 0; r < rows; ++r) {
+        if (!host_memory::copyIn(packed.data() + r * c.width, src + r * c.srcPitch, c.width)) return CUDA_ERROR_INVALID_VALUE;
+      }
       bulk.iov_base = packed.data();
     }
     Copy2D chunk{c.dst + row * c.dstPitch, c.dstPitch, 0, c.width, c.width, rows};
@@ -208,8 +211,10 @@ CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
   // A destination the application unmapped meanwhile: its bytes were dropped, not written.
   if (wait && !connection.forgetHostData(token) && r == CUDA_SUCCESS) r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS && !packed) {
-    for (size_t row = 0; row < c.height; ++row) {
-      std::memcpy(reinterpret_cast<char*>(c.dst) + row * c.dstPitch, temp.data() + row * c.width, c.width);
+    for (size_t row = 0; row < c.height && r == CUDA_SUCCESS; ++row) {
+      if (!host_memory::copyOut(reinterpret_cast<char*>(c.dst) + row * c.dstPitch, temp.data() + row * c.width, c.width)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+      }
     }
   }
   return r;
@@ -224,8 +229,9 @@ CUresult copyDeviceToDevice(const Copy2D& c, uint64_t stream, bool sync) {
 bool isDevicePointer(uint64_t p) { return rt().findDeviceRegion(p).has_value(); }
 
 // Host memory the client allocated (cudaMallocHost) is known to be mapped; any other host
-// range is probed, so that a bad pointer gets an error code here rather than a fault in the
-// socket layer or a signal in a memcpy.
+// range has its edges probed (checkHostRows), so that a bad pointer gets an error code before
+// anything is sent. A hole inside it is caught where the bytes are touched: every copy of the
+// application's memory goes through the kernel (host_memory::copyIn/copyOut, sendCounting).
 CUresult checkHostSide(uint64_t address, size_t pitch, const Copy2D& c, HostAccess access) {
   if (hostRegionOf(address, c.extent(pitch))) return CUDA_SUCCESS;
   return checkHostRows(address, c.width, pitch, c.height, access);

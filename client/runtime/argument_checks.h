@@ -31,8 +31,9 @@ struct Copy2D {
 CUresult checkCopyShape(const Copy2D& c);
 
 enum class HostAccess { kRead, kWrite };
-// Host rows of a copy: the source must be readable, the destination writable, checked without
-// touching them (host_memory.h). CUDA_ERROR_INVALID_VALUE otherwise, as natively.
+// Host rows of a copy: the source must be readable, the destination writable — probed at the
+// first byte of every row and the last byte (host_memory.h), without a signal. A hole further in
+// is caught by the copy itself (host_memory::copyIn/copyOut). CUDA_ERROR_INVALID_VALUE, as natively.
 CUresult checkHostRows(uint64_t address, size_t width, size_t pitch, size_t height, HostAccess access);
 
 // cuMemsetD8/16/32[2D] and cudaMemset[2D]: `width` elements of `elementSize` bytes per row.

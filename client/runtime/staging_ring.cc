@@ -1,6 +1,7 @@
 #include "client/runtime/staging_ring.h"
 
 #include "client/runtime/client_runtime.h"
+#include "client/transport/host_memory.h"
 
 #include <algorithm>
 #include <cstring>
@@ -32,9 +33,10 @@ std::optional<CUresult> StagingRing::toDevice(uint64_t dst, const char* src, siz
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return std::nullopt;
   return pipeline(bytes, [&](size_t slot, size_t offset, size_t length) {
-    std::memcpy(base_ + slot * kSlotBytes, src + offset, length);
+    // The application's bytes: a hole in them fails the copy instead of raising a signal.
+    if (!host_memory::copyIn(base_ + slot * kSlotBytes, src + offset, length)) return CUDA_ERROR_INVALID_VALUE;
     return startPiece(slot, true, dst + offset, length, stream);
-  }, [](size_t, size_t, size_t) {});
+  }, [](size_t, size_t, size_t) { return true; });
 }
 
 std::optional<CUresult> StagingRing::toHost(char* dst, uint64_t src, size_t bytes, uint64_t stream) {
@@ -43,12 +45,12 @@ std::optional<CUresult> StagingRing::toHost(char* dst, uint64_t src, size_t byte
   return pipeline(bytes, [&](size_t slot, size_t offset, size_t length) {
     return startPiece(slot, false, src + offset, length, stream);
   }, [&](size_t slot, size_t offset, size_t length) {
-    std::memcpy(dst + offset, base_ + slot * kSlotBytes, length);
+    return host_memory::copyOut(dst + offset, base_ + slot * kSlotBytes, length);
   });
 }
 
 CUresult StagingRing::pipeline(size_t bytes, const std::function<CUresult(size_t, size_t, size_t)>& start,
-                               const std::function<void(size_t, size_t, size_t)>& landed) {
+                               const std::function<bool(size_t, size_t, size_t)>& landed) {
   struct Piece {
     bool busy = false;
     size_t offset = 0;
@@ -63,7 +65,9 @@ CUresult StagingRing::pipeline(size_t bytes, const std::function<CUresult(size_t
     p.busy = false;
     CUresult r = runtime_.finishCall(inFlight_[slot]);
     if (result == CUDA_SUCCESS) result = r;
-    if (r == CUDA_SUCCESS) landed(slot, p.offset, p.length);
+    if (r == CUDA_SUCCESS && !landed(slot, p.offset, p.length) && result == CUDA_SUCCESS) {
+      result = CUDA_ERROR_INVALID_VALUE;  // the application's destination could not be written
+    }
   };
   size_t slot = 0;
   for (size_t offset = 0; offset < bytes && result == CUDA_SUCCESS; offset += kSlotBytes, slot = (slot + 1) % kSlots) {

@@ -36,9 +36,9 @@ class StagingRing {
   StagingRing(ClientRuntime& runtime, char* base) : runtime_(runtime), base_(base) {}
   CUresult startPiece(size_t slot, bool toDevice, uint64_t device, size_t bytes, uint64_t stream);
   // Runs `start` for each slot-sized piece, keeping up to kSlots in flight; `landed` sees each
-  // piece once tallyd finished it.
+  // piece once tallyd finished it (false: its bytes could not be delivered).
   CUresult pipeline(size_t bytes, const std::function<CUresult(size_t, size_t, size_t)>& start,
-                    const std::function<void(size_t, size_t, size_t)>& landed);
+                    const std::function<bool(size_t, size_t, size_t)>& landed);
 
   ClientRuntime& runtime_;
   char* base_;

@@ -88,21 +88,36 @@ bool readable(const Rows& rows) { return runProbes(rows, false) != Probe::kFault
 
 bool writable(const Rows& rows) { return runProbes(rows, true) != Probe::kFault; }
 
-bool copyOut(void* dst, const void* src, size_t size) {
+namespace {
+
+// memcpy through the kernel: the side named `remote` may be the application's memory, and a
+// fault there is an error, not a signal. Costs about what memcpy does.
+bool kernelCopy(char* dst, const char* src, size_t size, bool remoteIsDestination) {
   const pid_t self = ::getpid();
   size_t done = 0;
   while (done < size) {
-    iovec local{const_cast<char*>(static_cast<const char*>(src)) + done, size - done};
-    iovec remote{static_cast<char*>(dst) + done, size - done};
-    ssize_t n = ::process_vm_writev(self, &local, 1, &remote, 1, 0);
+    iovec to{dst + done, size - done};
+    iovec from{const_cast<char*>(src) + done, size - done};
+    ssize_t n = remoteIsDestination ? ::process_vm_writev(self, &from, 1, &to, 1, 0)
+                                    : ::process_vm_readv(self, &to, 1, &from, 1, 0);
     if (n < 0 && probeUnavailable(errno)) {
-      std::memcpy(static_cast<char*>(dst) + done, static_cast<const char*>(src) + done, size - done);
+      std::memcpy(dst + done, src + done, size - done);
       return true;
     }
     if (n <= 0) return false;
     done += static_cast<size_t>(n);
   }
   return true;
+}
+
+}  // namespace
+
+bool copyOut(void* dst, const void* src, size_t size) {
+  return kernelCopy(static_cast<char*>(dst), static_cast<const char*>(src), size, true);
+}
+
+bool copyIn(void* dst, const void* src, size_t size) {
+  return kernelCopy(static_cast<char*>(dst), static_cast<const char*>(src), size, false);
 }
 
 }  // namespace tally::client::host_memory

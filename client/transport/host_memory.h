@@ -34,5 +34,8 @@ inline bool writable(void* p, size_t size) { return writable(Rows{p, size, size,
 // Copies `size` bytes from our `src` into the application's `dst`; false, not a signal, when
 // `dst` cannot be written (the application unmapped or protected it).
 bool copyOut(void* dst, const void* src, size_t size);
+// Copies `size` bytes from the application's `src` into our `dst`; false, not a signal, when
+// `src` cannot be read.
+bool copyIn(void* dst, const void* src, size_t size);
 
 }  // namespace tally::client::host_memory

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace tally::client::host_memory {
 namespace {
@@ -80,6 +81,16 @@ TEST(HostMemory, CopyOutReportsAnUnwritableDestination) {
   EXPECT_EQ(std::memcmp(m.base, bytes, sizeof(bytes)), 0);
   EXPECT_FALSE(copyOut(m.base + kPage, bytes, sizeof(bytes)));
   EXPECT_FALSE(copyOut(m.base + kPage - 4, bytes, sizeof(bytes)));  // straddles into it
+}
+
+// The client's copies of pageable application memory (staging ring, packed rows) go through
+// copyIn: a hole in the middle of the source is an error, not a signal.
+TEST(HostMemory, CopyInReportsAHoleInTheSource) {
+  Mapping m(PROT_NONE);  // readable, hole, readable
+  std::vector<char> into(3 * kPage);
+  EXPECT_TRUE(copyIn(into.data(), m.base, kPage));
+  EXPECT_FALSE(copyIn(into.data(), m.base, 3 * kPage));
+  EXPECT_TRUE(copyIn(into.data(), m.base + 2 * kPage, kPage));
 }
 
 }  // namespace
