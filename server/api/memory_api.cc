@@ -228,6 +228,9 @@ void copy(CallContext& ctx, wire::Memcpy::Reader args) {
   if (!bytes) return ctx.protocolError(fmt::format("memcpy of {} rows of {} bytes overflows", height, args.getWidth()));
   CopyShape shape{args.getWidth(), height, pitchOr(args.getSrcPitch(), args.getWidth()),
                   pitchOr(args.getDstPitch(), args.getWidth()), *bytes};
+  // Nothing to copy, as natively; never handed to the driver, whose row loop would still run
+  // (fuzzer finding: width 0 with 2^47 rows kept a session thread busy for minutes).
+  if (shape.bytes == 0) return ctx.finish(CUDA_SUCCESS);
   // Bulk that arrived for a refused copy must still be consumed to keep the stream framed.
   auto refuse = [&](CUresult r) {
     bool bulkFollows = args.getKind() == wire::CopyKind::HOST_TO_DEVICE && !args.getHostShared();
@@ -273,6 +276,7 @@ std::optional<PitchedRegion> memsetRegion(wire::Memset::Reader args) {
 }
 
 void set(CallContext& ctx, wire::Memset::Reader args) {
+  if (args.getWidth() == 0) return ctx.finish(CUDA_SUCCESS);  // nothing to set (see copy)
   std::optional<PitchedRegion> region = memsetRegion(args);
   std::optional<uint64_t> extent = region ? regionExtent(*region) : std::nullopt;
   gpu::Gpu* g = extent ? ctx.tenant().memory().ownerOf(args.getDst(), *extent) : nullptr;
