@@ -18,8 +18,11 @@ using Memory = import "memory.capnp";
 using Stream = import "stream.capnp";
 using Module = import "module.capnp";
 using Launch = import "launch.capnp";
+using Graph = import "graph.capnp";
+using Library = import "library.capnp";
+using MemoryExt = import "memory_ext.capnp";
 
-const protocolVersion :UInt32 = 2;  # 2: module hashes are SHA-256 (32 bytes)
+const protocolVersion :UInt32 = 3;  # 2: module hashes are SHA-256 (32 bytes); 3: library calls
 
 enum PriorityClass {
   highPriority @0;   # latency-critical (inference)
@@ -85,6 +88,28 @@ struct Call {
 
     setLimit @29 :Device.Limit;
     getLimit @30 :Device.Limit;
+
+    library @31 :Library.LibraryCall;   # cuBLAS/cuBLASLt/cuDNN; Reply.status is the library's status
+
+    streamBeginCapture @32 :Graph.BeginCapture;          # Reply.value: the capture id
+    streamEndCapture @33 :Graph.EndCapture;
+    graphInstantiate @34 :Graph.GraphInstantiate;
+    graphLaunch @35 :Graph.GraphLaunch;                  # one-way, stream-ordered
+    graphUpload @36 :Graph.GraphLaunch;                  # one-way, stream-ordered
+    graphDestroy @37 :Graph.GraphRef;
+    graphExecDestroy @38 :Graph.GraphExecRef;
+    graphGetNodes @39 :Graph.GraphRef;                   # Reply.graph.nodeTypes
+    graphKernelNodeGetParams @40 :Graph.GraphNodeRef;    # Reply.graph.kernelNode
+    graphKernelNodeSetParams @41 :Graph.KernelNodeSetParams;
+    graphCreate @42 :Graph.GraphCreate;
+    graphAddKernelNode @43 :Graph.AddKernelNode;         # Reply.value: the node id
+    graphAddMemcpyNode @44 :Graph.AddMemcpyNode;         # Reply.value: the node id
+    graphAddDependencies @45 :Graph.AddDependencies;
+
+    # Memory pools, virtual memory management, IPC (memory_ext.capnp).
+    memPool @46 :MemoryExt.MemPoolCall;
+    virtualMemory @47 :MemoryExt.VirtualMemoryCall;
+    ipc @48 :MemoryExt.IpcCall;
   }
 }
 
@@ -102,6 +127,7 @@ struct Reply {
     function @7 :Module.FunctionInfo;
     global @8 :Module.GlobalInfo;
     elapsedMs @9 :Float32;
+    libraryOut @11 :Data;         # a library call's outputs, in parameter order
   }
 }
 

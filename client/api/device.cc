@@ -2,6 +2,7 @@
 // cudaGetDevice and friends millions of times); device-wide work is narrowed by tallyd to
 // this tenant.
 #include "client/api/api_util.h"
+#include "client/runtime/capture_table.h"
 
 #include <cstring>
 
@@ -14,7 +15,10 @@ CUresult validDevice(int ordinal) {
   return ordinal >= 0 && ordinal < ClientRuntime::get().deviceCount() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
+// A device-wide sync while one of this process's captures is open on the device is refused in
+// every capture mode (and the capture invalidated), as natively.
 CUresult synchronizeDevice() {
+  if (CUresult r = captureTable().checkDeviceSync(currentDevice()); r != CUDA_SUCCESS) return r;
   return ClientRuntime::get().sync([](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(currentDevice()); });
 }
 

@@ -3,6 +3,7 @@
 // speed and happen in stream order), and travels as bulk bytes otherwise.
 #include "client/api/api_util.h"
 #include "client/runtime/argument_checks.h"
+#include "client/runtime/capture_table.h"
 #include "client/runtime/staging_ring.h"
 #include "client/transport/host_memory.h"
 
@@ -24,6 +25,7 @@ ClientRuntime& rt() { return ClientRuntime::get(); }
 
 CUresult allocateDevice(CUdeviceptr* out, size_t size) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = refuseUnsafeCallDuringCapture(); r != CUDA_SUCCESS) return r;
   if (size == 0) {
     *out = 0;
     return CUDA_SUCCESS;
@@ -43,6 +45,7 @@ CUresult allocateDevice(CUdeviceptr* out, size_t size) {
 
 CUresult allocatePitch(CUdeviceptr* out, size_t* pitch, size_t width, size_t height) {
   if (out == nullptr || pitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = refuseUnsafeCallDuringCapture(); r != CUDA_SUCCESS) return r;
   ReplyMessage reply;
   uint32_t device = currentDevice();
   CUresult r = rt().call([&](wire::Call::Builder c) {
@@ -59,6 +62,7 @@ CUresult allocatePitch(CUdeviceptr* out, size_t* pitch, size_t width, size_t hei
 }
 
 CUresult freeDevice(CUdeviceptr ptr) {
+  if (CUresult r = refuseUnsafeCallDuringCapture(); r != CUDA_SUCCESS) return r;  // cudaFree(0) too
   if (ptr == 0) return rt().ready();
   CUresult r = rt().sync([&](wire::Call::Builder c) { c.initMemFree().setPtr(ptr); });
   if (r == CUDA_SUCCESS) rt().removeDeviceRegion(ptr);
@@ -247,6 +251,22 @@ CUresult checkHostSides(const Copy2D& c, cudaMemcpyKind kind) {
   return CUDA_SUCCESS;
 }
 
+// A capturing stream records copies between device memory and memory shared with tallyd. A
+// synchronous copy, or one whose host bytes travel when it is made (pageable or unshared
+// memory), cannot be replayed: refused, and the capture invalidated, as natively.
+CUresult checkCapturedCopy(const Copy2D& c, cudaMemcpyKind kind, uint64_t stream, bool sync) {
+  if (captureTable().status(stream).status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_SUCCESS;
+  auto shared = [&](uint64_t address, size_t pitch) {
+    auto region = hostRegionOf(address, c.extent(pitch));
+    return region && region->shared;
+  };
+  bool replayable = kind == cudaMemcpyDeviceToDevice || (kind == cudaMemcpyHostToDevice && shared(c.src, c.srcPitch)) ||
+                    (kind == cudaMemcpyDeviceToHost && shared(c.dst, c.dstPitch));
+  if (replayable && !sync) return CUDA_SUCCESS;
+  captureTable().invalidate(stream);
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return static_cast<CUresult>(cudaErrorInvalidMemcpyDirection);
@@ -261,6 +281,7 @@ CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) 
   uint64_t streamId = rt().streamId(stream);
   if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = checkHostSides(c, kind); r != CUDA_SUCCESS) return r;
+  if (CUresult r = checkCapturedCopy(c, kind, streamId, sync); r != CUDA_SUCCESS) return r;
   switch (kind) {
     case cudaMemcpyHostToDevice: return copyToDevice(c, streamId, sync);
     case cudaMemcpyDeviceToHost: return copyToHost(c, streamId, sync);

@@ -1,6 +1,7 @@
 // Streams, events and host callbacks. Handles are chosen here, so creating a stream or an
 // event is a one-way message; syncs are the round trips.
 #include "client/api/api_util.h"
+#include "client/runtime/capture_table.h"
 #include "client/runtime/host_callback_words.h"
 
 using namespace tally::client;
@@ -22,6 +23,7 @@ CUresult destroyStream(CUstream stream) {
   StreamHandle* s = checkedHandle<StreamHandle>(stream, HandleMagic::kStream);
   if (s == nullptr || reinterpret_cast<uintptr_t>(stream) <= 2) return CUDA_ERROR_INVALID_HANDLE;
   handleRegistry().remove(s);
+  captureTable().forgetStream(s->id);  // tallyd ends a capture it began
   CUresult r = rt().post([&](wire::Call::Builder c) { c.initStreamDestroy().setStream(s->id); });
   delete s;
   return r;
@@ -34,15 +36,23 @@ CUresult resolveStream(CUstream stream, uint64_t& id) {
   return id == 0 ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
 }
 
+// Work on a capturing stream is recorded, not run: waiting for it, or asking whether it is done,
+// is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidates the capture, as natively.
+CUresult refuseIfCapturing(uint64_t id) {
+  return captureTable().invalidate(id) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
 CUresult synchronizeStream(CUstream stream) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  if (CUresult r = refuseIfCapturing(id); r != CUDA_SUCCESS) return r;
   return rt().sync([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(id); });
 }
 
 CUresult queryStream(CUstream stream) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  if (CUresult r = refuseIfCapturing(id); r != CUDA_SUCCESS) return r;
   return rt().call([&](wire::Call::Builder c) { c.initStreamQuery().setStream(id); });
 }
 
@@ -51,11 +61,14 @@ CUresult waitEvent(CUstream stream, CUevent event) {
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
   EventHandle* e = checkedHandle<EventHandle>(event, HandleMagic::kEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return rt().post([&](wire::Call::Builder c) {
+  CUresult r = rt().post([&](wire::Call::Builder c) {
     auto w = c.initStreamWaitEvent();
     w.setStream(id);
     w.setEvent(e->id);
   });
+  // Waiting on an event recorded in a capture joins that capture (a fork).
+  if (r == CUDA_SUCCESS && captureTable().anyActive()) captureTable().eventWaited(id, e->id);
+  return r;
 }
 
 CUresult createEvent(CUevent* out, unsigned flags) {
@@ -98,17 +111,23 @@ CUresult eventCall(CUevent event, const std::function<void(wire::Call::Builder, 
 CUresult recordEvent(CUevent event, CUstream stream) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
-  return eventCall(event, [&](wire::Call::Builder c, uint64_t e) {
+  CUresult r = eventCall(event, [&](wire::Call::Builder c, uint64_t e) {
     auto rec = c.initEventRecord();
     rec.setEvent(e);
     rec.setStream(id);
   }, EventCallKind::kOneWay);
+  // No capture open: none of its events is still known as captured (they go when it ends).
+  if (r == CUDA_SUCCESS && captureTable().anyActive()) {
+    captureTable().eventRecorded(reinterpret_cast<EventHandle*>(event)->id, id);
+  }
+  return r;
 }
 
 CUresult destroyEvent(CUevent event) {
   CUresult r = eventCall(event, [](wire::Call::Builder c, uint64_t e) { c.initEventDestroy().setEvent(e); }, EventCallKind::kOneWay);
   if (r == CUDA_SUCCESS) {
     handleRegistry().remove(event);
+    captureTable().forgetEvent(reinterpret_cast<EventHandle*>(event)->id);
     delete reinterpret_cast<EventHandle*>(event);
   }
   return r;
@@ -136,6 +155,8 @@ CUresult elapsedTime(float* ms, CUevent start, CUevent end) {
 CUresult addHostCallback(CUstream stream, std::function<void()> callback) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
+  // Host nodes are not forwarded: a replay would never reach this process's callback again.
+  if (CUresult r = refuseIfCapturing(id); r != CUDA_SUCCESS) return r;
   if (HostCallbackWords* words = rt().hostCallbackWords(); words != nullptr) {
     HostCallbackWords::Ticket ticket;
     if (words->enqueue(id, callback, ticket)) {
@@ -177,18 +198,29 @@ CUresult streamInfo(CUstream stream, int* priority, unsigned* flags) {
   return CUDA_SUCCESS;
 }
 
-// Stream capture: tallyd does not capture yet (cudaStreamBeginCapture answers NotSupported), so no
-// stream of this client is ever capturing. The queries say so for real handles — PyTorch's
-// allocator asks with every new allocation — and the per-thread capture mode is kept as the
-// runtime keeps it, so code that swaps it around a region gets its own value back.
-CUresult captureStatus(CUstream stream, CUstreamCaptureStatus* status) {
+// Stream capture (client/api/graph.cc begins and ends it): the queries are answered from the
+// client's CaptureTable, without a round trip — PyTorch's allocator asks with every allocation.
+// A stream is capturing from cudaStreamBeginCapture (or a wait on an event recorded in a capture)
+// to the end of its capture; invalidated once a call the capture refuses was made. The legacy
+// default stream is never capturing, and may not be asked while a blocking stream captures.
+CUresult captureStatus(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id = nullptr) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = streamInfo(stream, nullptr, nullptr); r != CUDA_SUCCESS) return r;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CaptureTable::Status s;
+  if (captureTable().anyActive()) {
+    auto raw = reinterpret_cast<uintptr_t>(stream);
+    if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) {
+      if (captureTable().blockingCaptureOn(currentDevice())) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    } else {
+      s = captureTable().status(rt().streamId(stream));
+    }
+  }
+  *status = s.status;
+  if (id != nullptr) *id = s.id;
   return CUDA_SUCCESS;
 }
 
-// Not capturing: the id, graph and dependencies of a capture are cleared.
+// The capture's graph and its open dependencies are tallyd's: they read as none (null, 0).
 CUresult captureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                      const CUgraphNode** dependencies, const CUgraphEdgeData** edges, size_t* dependencyCount) {
   if (id != nullptr) *id = 0;
@@ -196,15 +228,16 @@ CUresult captureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*
   if (dependencies != nullptr) *dependencies = nullptr;
   if (edges != nullptr) *edges = nullptr;
   if (dependencyCount != nullptr) *dependencyCount = 0;
-  return captureStatus(stream, status);
+  return captureStatus(stream, status, id);
 }
 
+// Kept per thread as the runtime keeps it (CaptureTable applies it to cudaMalloc and cudaFree),
+// so code that swaps it around a region gets its own value back.
 CUresult exchangeCaptureMode(CUstreamCaptureMode* mode) {
-  thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
   if (mode == nullptr || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::swap(current, *mode);
+  std::swap(threadCaptureMode(), *mode);
   return CUDA_SUCCESS;
 }
 
@@ -226,6 +259,17 @@ TALLY_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCa
                        reinterpret_cast<CUgraph*>(graph), reinterpret_cast<const CUgraphNode**>(dependencies),
                        reinterpret_cast<const CUgraphEdgeData**>(edges), dependencyCount);
   });
+}
+// Per-thread default stream builds: a null stream means the calling thread's own stream.
+TALLY_API cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return cudaStreamIsCapturing(stream == nullptr ? cudaStreamPerThread : stream, status);
+}
+TALLY_API cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                                    unsigned long long* id, cudaGraph_t* graph,
+                                                    const cudaGraphNode_t** dependencies,
+                                                    const cudaGraphEdgeData** edges, size_t* dependencyCount) {
+  return cudaStreamGetCaptureInfo(stream == nullptr ? cudaStreamPerThread : stream, status, id, graph, dependencies,
+                                  edges, dependencyCount);
 }
 TALLY_API cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
   return guardRuntime(__func__, [&] { return exchangeCaptureMode(reinterpret_cast<CUstreamCaptureMode*>(mode)); });

@@ -556,9 +556,33 @@ CUresult ClientRuntime::functionOf(ModuleHandle* module, const char* name, Funct
   }
   for (int a : info.getAttributes()) f->attributes.push_back(a);
   module->functions.push_back(f);
+  {
+    std::lock_guard registry(registryMutex_);
+    functionsById_[f->id] = f;
+  }
   registerHandle(f);
   out = f;
   return CUDA_SUCCESS;
+}
+
+FunctionHandle* ClientRuntime::functionById(uint64_t id) {
+  FunctionHandle* f = nullptr;
+  {
+    std::lock_guard lock(registryMutex_);
+    auto it = functionsById_.find(id);
+    if (it != functionsById_.end()) f = it->second;
+  }
+  // An unloaded module's functions stay allocated but are no longer valid handles.
+  return f != nullptr && handleRegistry().contains(f, HandleMagic::kFunction) ? f : nullptr;
+}
+
+const void* ClientRuntime::hostFunctionOf(const FunctionHandle* f) {
+  std::lock_guard lock(registryMutex_);
+  uint32_t device = f->module->device;
+  for (const auto& [host, kernel] : kernels_) {
+    if (device < kMaxDevices && kernel->functions[device].load(std::memory_order_acquire) == f) return host;
+  }
+  return nullptr;
 }
 
 CUresult ClientRuntime::functionOf(KernelRecord* kernel, uint32_t device, FunctionHandle*& out) {

@@ -139,6 +139,11 @@ class ClientRuntime {
   CUresult functionOf(KernelRecord* kernel, uint32_t device, FunctionHandle*& out);
   CUresult variableAddress(VariableRecord* variable, uint32_t device, CUdeviceptr& out);
   CUresult unloadModule(ModuleHandle* module);
+  // The live function handle with wire id `id` (what tallyd names a graph's kernel node by), or
+  // nullptr; and the host function (or cudaKernel_t record) whose kernel `f` is, nullptr for a
+  // function of a module the application loaded itself (cudaGraphKernelNodeGetParams).
+  FunctionHandle* functionById(uint64_t id);
+  const void* hostFunctionOf(const FunctionHandle* f);
 
  private:
   ClientRuntime();
@@ -173,6 +178,7 @@ class ClientRuntime {
   std::unordered_map<const void*, std::unique_ptr<KernelRecord>> kernels_;  // by host function
   std::unordered_set<const void*> kernelRecords_;  // the records themselves (cudaKernel_t)
   std::unordered_map<const void*, std::unique_ptr<VariableRecord>> variables_;
+  std::unordered_map<uint64_t, FunctionHandle*> functionsById_;  // every one resolved; live ones are registered
 };
 
 // --- per-thread CUDA state --------------------------------------------------------------

@@ -24,6 +24,10 @@ enum class HandleMagic : uint32_t {
   kModule = 0x7a11a503,
   kFunction = 0x7a11a504,
   kKernel = 0x7a11a505,
+  kMemPool = 0x7a11a506,  // client/api/memory_pool.cc
+  kGraph = 0x7a11a5c1,      // client/api/graph.cc
+  kGraphExec = 0x7a11a5c2,
+  kGraphNode = 0x7a11a5c3,
 };
 
 struct StreamHandle {
@@ -39,6 +43,13 @@ struct EventHandle {
   uint64_t id = 0;
   uint32_t device = 0;
   unsigned flags = 0;
+};
+
+// A memory pool (cudaMemPool_t / CUmemoryPool). Id d + 1 is the default pool of device d.
+struct MemPoolHandle {
+  HandleMagic magic = HandleMagic::kMemPool;
+  uint64_t id = 0;
+  uint32_t device = 0;
 };
 
 struct ModuleHandle;

@@ -10,6 +10,7 @@
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
 #include "server/scheduler/policy.h"
+#include "server/session/ipc_registry.h"
 #include "server/session/outbox.h"
 #include "server/session/session_services.h"
 #include "server/session/tenant.h"
@@ -39,6 +40,8 @@ struct ApiServices {
   scheduler::Policy* policy = nullptr;
   // Notices a fault of the shared context and says what each tenant is told (null: statuses as is).
   gpu::FaultMonitor* faults = nullptr;
+  // CUDA IPC grants between this tallyd's tenants (ipc_api.cc); one per tallyd.
+  session::IpcRegistry ipc;
 };
 
 // The session's CallHandler: one CallContext per call, then dispatch().
@@ -70,6 +73,10 @@ class CallContext {
   // The stream the current call queues work on (set by streamForWork), for the scheduler.
   session::StreamState* workStream() const { return workStream_; }
   void setWorkStream(session::StreamState* s) { workStream_ = s; }
+  // The status this call answers whatever the handler says: set where the call must not run at
+  // all although its arguments are fine (the legacy default stream while a blocking stream
+  // captures), so the handler's usual refusal path answers the native error.
+  void overrideStatus(CUresult status) { override_ = status; }
   ApiServices& services() { return services_; }
   const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
   bool oneWay() const { return callId_ == 0; }
@@ -101,6 +108,7 @@ class CallContext {
   ApiServices& services_;
   std::string protocolError_;
   session::StreamState* workStream_ = nullptr;
+  CUresult override_ = CUDA_SUCCESS;
   std::shared_ptr<gpu::FaultEvidence> evidence_;
 };
 
@@ -118,9 +126,30 @@ void handleStream(CallContext& ctx, wire::Call::Reader call);
 void handleModule(CallContext& ctx, wire::Call::Reader call);
 void handleLaunch(CallContext& ctx, wire::Call::Reader call);
 void handleDevice(CallContext& ctx, wire::Call::Reader call);
+void handleLibrary(CallContext& ctx, wire::Call::Reader call);
+void handleGraph(CallContext& ctx, wire::Call::Reader call);
+void handleMemPool(CallContext& ctx, wire::MemPoolCall::Reader call);            // memory_pool_api.cc
+void handleVirtualMemory(CallContext& ctx, wire::VirtualMemoryCall::Reader call);  // virtual_memory_api.cc
+void handleIpc(CallContext& ctx, wire::IpcCall::Reader call);                    // ipc_api.cc
+
+// Whether `bytes` more device memory keep the tenant within its quota, counting what its
+// context limits reserve (memory_api.cc); logs a refusal.
+bool quotaAllows(CallContext& ctx, size_t bytes);
 
 // Shared by the handlers: the tenant's stream for a client handle, ordered for new work.
+// nullptr for an unknown handle, and for the legacy default stream while a blocking stream of the
+// tenant captures (the call then answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, see captureConflict).
 session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId);
+
+// Stream capture (graph_api.cc). Work queued on a capturing stream is recorded into the capture
+// and never runs, so nothing may wait for it: a call that would (a sync, a copy through staging,
+// a host callback, a completion watch) gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED from here and
+// the capture is invalidated, as the native runtime does. CUDA_SUCCESS when `stream` does not
+// capture (a driver query only while one of the tenant's captures is open).
+CUresult captureConflict(CallContext& ctx, CUstream stream);
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (and their captures invalidated) when work for the legacy
+// default stream `s` would have to join blocking streams that are capturing; else CUDA_SUCCESS.
+CUresult legacyStreamConflict(CallContext& ctx, session::StreamState& s);
 // Runs `done` once the work queued so far on `stream` has finished, keeping this tenant's
 // notices in order (inline only when none of them is still queued).
 CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done);

@@ -37,6 +37,7 @@ struct StatusView {
 CUresult CallContext::reported(CUresult status) { return StatusView{services_.faults, tenant_.id()}(status); }
 
 void CallContext::finish(CUresult status, const ReplyFiller& fill) {
+  if (override_ != CUDA_SUCCESS) status = override_;
   status = reported(status);
   if (oneWay()) {
     if (status != CUDA_SUCCESS) tenant_.deferError(status);
@@ -79,12 +80,20 @@ bool CallContext::readBulk(void* dst, size_t size) {
 
 session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
   session::StreamState* s = ctx.tenant().streams().stream(streamId);
+  if (s != nullptr && s->legacyDefault) {
+    if (CUresult r = legacyStreamConflict(ctx, *s); r != CUDA_SUCCESS) {
+      ctx.overrideStatus(r);
+      s = nullptr;
+    }
+  }
   if (s != nullptr) ctx.tenant().streams().orderBefore(*s);
   ctx.setWorkStream(s);
   return s;
 }
 
 CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done) {
+  // A captured stream never gets there: its work is a graph's (graph_api.cc).
+  if (CUresult r = captureConflict(ctx, stream); r != CUDA_SUCCESS) return r;
   const auto& queued = ctx.tenant().queuedNotices();
   unsigned spin = queued->load() == 0 ? ctx.services().inlineWaitMicros : 0;
   queued->fetch_add(1);
@@ -153,15 +162,35 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
     case W::DEVICE_SYNCHRONIZE: case W::SET_LIMIT: case W::GET_LIMIT:
       handleDevice(ctx, call);
       break;
+    case W::MEM_POOL:
+      handleMemPool(ctx, call.getMemPool());
+      break;
+    case W::VIRTUAL_MEMORY:
+      handleVirtualMemory(ctx, call.getVirtualMemory());
+      break;
+    case W::IPC:
+      handleIpc(ctx, call.getIpc());
+      break;
+    case W::LIBRARY:
+      handleLibrary(ctx, call);
+      break;
+    case W::STREAM_BEGIN_CAPTURE: case W::STREAM_END_CAPTURE: case W::GRAPH_INSTANTIATE: case W::GRAPH_LAUNCH:
+    case W::GRAPH_UPLOAD: case W::GRAPH_DESTROY: case W::GRAPH_EXEC_DESTROY: case W::GRAPH_GET_NODES:
+    case W::GRAPH_KERNEL_NODE_GET_PARAMS: case W::GRAPH_KERNEL_NODE_SET_PARAMS: case W::GRAPH_CREATE:
+    case W::GRAPH_ADD_KERNEL_NODE: case W::GRAPH_ADD_MEMCPY_NODE: case W::GRAPH_ADD_DEPENDENCIES:
+      handleGraph(ctx, call);
+      break;
     default:
       // A newer client may know calls we do not: refuse the call, keep the peer.
       ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
       break;
   }
-  // Copies, memsets, event records and waits of a high-priority tenant are HP work too (kernel
-  // launches tell the scheduler themselves).
+  // Copies, memsets, event records, waits and graph launches of a high-priority tenant are HP
+  // work too (kernel launches tell the scheduler themselves). Not while the stream captures: the
+  // mark would be captured into the graph and replayed with a stale value.
   session::StreamState* s = ctx.workStream();
-  if (s != nullptr && !call.isLaunchKernel() && ctx.services().policy != nullptr) {
+  if (s != nullptr && !call.isLaunchKernel() && ctx.services().policy != nullptr &&
+      !ctx.tenant().streams().capturing(*s)) {
     ctx.services().policy->afterWork(ctx.tenant().id(), ctx.tenant().priority() == session::PriorityClass::kHigh,
                                      s->id, *s->gpu, s->stream);
   }
@@ -171,7 +200,7 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
 std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
   ctx.setFaultEvidence(in.evidence);
-  if (in.evidence && in.call.isLaunchKernel()) in.evidence->noteLaunch();
+  if (in.evidence && (in.call.isLaunchKernel() || in.call.isGraphLaunch())) in.evidence->noteLaunch();
   if (dispatch(ctx, in.call)) return {};
   return ctx.protocolErrorText();
 }

@@ -190,7 +190,12 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   if (!plain) k.sliced = k.ptb = nullptr;
   scheduler::Policy* policy = ctx.services().policy;
   CUresult r;
-  if (plain && ctx.services().stress && (f->sliced != nullptr || f->ptb != nullptr)) {
+  if (ctx.tenant().streams().capturing(*s)) {
+    // Captured, not run: the graph gets the original kernel. The scheduler's gate, variants and
+    // marks (events, stream writes) would be captured too and replayed out of place; graph
+    // launches go through the policy instead (graph_api.cc).
+    r = scheduler::launchOriginal(k, params);
+  } else if (plain && ctx.services().stress && (f->sliced != nullptr || f->ptb != nullptr)) {
     r = stressLaunch(ctx, *f, *s, k.shape, gpu::KernelParams{params, f->params.size()});
   } else if (policy != nullptr) {
     r = policy->launch(k);

@@ -54,6 +54,8 @@ void* mappedHostRegion(CallContext& ctx, uint64_t clientAddress, const PitchedRe
   return extent ? ctx.tenant().hostMappings().hostAddress(clientAddress, *extent) : nullptr;
 }
 
+}  // namespace
+
 // Whether `bytes` more device memory keeps the tenant within its quota, counting what its
 // context limits (device heap, printf buffer) reserve; Tenant's own check counts allocations only.
 bool quotaAllows(CallContext& ctx, size_t bytes) {
@@ -65,6 +67,8 @@ bool quotaAllows(CallContext& ctx, size_t bytes) {
                "quota {}", t.id(), t.name(), bytes, used, t.limits().memoryQuotaBytes);
   return false;
 }
+
+namespace {
 
 void allocate(CallContext& ctx, wire::MemAlloc::Reader args) {
   CUdeviceptr ptr = 0;
@@ -241,6 +245,12 @@ void copy(CallContext& ctx, wire::Memcpy::Reader args) {
   if (g == nullptr) return refuse(CUDA_ERROR_INVALID_VALUE);
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return refuse(CUDA_ERROR_INVALID_HANDLE);
+  // A captured copy through staging would read or write the pooled buffer on every replay, long
+  // after it went back to the pool (and to other tenants): as natively for pageable memory, the
+  // copy is refused and the capture invalidated.
+  if (!args.getHostShared() && args.getKind() != wire::CopyKind::DEVICE_TO_DEVICE) {
+    if (CUresult r = captureConflict(ctx, s->stream); r != CUDA_SUCCESS) return refuse(r);
+  }
   switch (args.getKind()) {
     case wire::CopyKind::HOST_TO_DEVICE: return hostToDevice(ctx, args, *g, *s, shape);
     case wire::CopyKind::DEVICE_TO_HOST: return deviceToHost(ctx, args, *g, *s, shape);

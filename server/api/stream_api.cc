@@ -8,6 +8,18 @@ namespace tally::server::api {
 
 namespace {
 
+// A capture begun on the stream ends with it (its graph is dropped): the driver's stream goes.
+void destroyStream(CallContext& ctx, uint64_t id) {
+  session::Tenant& t = ctx.tenant();
+  if (std::optional<session::CaptureState> c = t.graphs().takeCapture(id)) {
+    c->gpu->makeCurrent();
+    CUgraph graph = nullptr;
+    cuStreamEndCapture(c->stream, &graph);
+    if (graph != nullptr) cuGraphDestroy(graph);
+  }
+  ctx.finish(t.streams().destroyStream(id));
+}
+
 void synchronizeStream(CallContext& ctx, uint64_t id) {
   session::StreamState* s = ctx.tenant().streams().stream(id);
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
@@ -19,6 +31,7 @@ void queryStream(CallContext& ctx, uint64_t id) {
   session::StreamState* s = ctx.tenant().streams().stream(id);
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   s->gpu->makeCurrent();
+  if (CUresult r = captureConflict(ctx, s->stream); r != CUDA_SUCCESS) return ctx.finish(r);
   ctx.finish(cuStreamQuery(s->stream));
 }
 
@@ -27,6 +40,9 @@ void waitEvent(CallContext& ctx, wire::StreamWaitEvent::Reader args) {
   if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  // A wait on an event recorded in a capture pulls this stream into it (a fork): mark where its
+  // real work ends first.
+  if (e->recordedInCapture && !ctx.tenant().streams().capturing(*s)) ctx.tenant().streams().markCaptureStart(*s);
   ctx.finish(cuStreamWaitEvent(s->stream, e->event, 0));
 }
 
@@ -36,7 +52,9 @@ void recordEvent(CallContext& ctx, wire::EventRecord::Reader args) {
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   if (s->gpu != e->gpu) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
-  ctx.finish(cuEventRecord(e->event, s->stream));
+  CUresult r = cuEventRecord(e->event, s->stream);
+  if (r == CUDA_SUCCESS) e->recordedInCapture = ctx.tenant().streams().capturing(*s);
+  ctx.finish(r);
 }
 
 void queryEvent(CallContext& ctx, uint64_t id) {
@@ -50,6 +68,8 @@ void queryEvent(CallContext& ctx, uint64_t id) {
 void synchronizeEvent(CallContext& ctx, uint64_t id) {
   session::EventState* e = ctx.tenant().streams().event(id);
   if (e == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  // A captured record is a graph's: waiting for it would pull the sync stream into the capture.
+  if (e->recordedInCapture) return ctx.finish(CUDA_ERROR_CAPTURED_EVENT);
   e->gpu->makeCurrent();
   CUstream waiter = ctx.tenant().streams().syncStream(e->gpu);
   if (CUresult r = cuStreamWaitEvent(waiter, e->event, 0); r != CUDA_SUCCESS) return ctx.finish(r);
@@ -116,6 +136,8 @@ void hostFuncBySharedWords(CallContext& ctx, session::StreamState& s, wire::Host
 void hostFunc(CallContext& ctx, wire::HostFunc::Reader args) {
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  // Host nodes are not captured: a replay would not reach this client's callback words again.
+  if (CUresult r = captureConflict(ctx, s->stream); r != CUDA_SUCCESS) return ctx.finish(r);
   if (args.getDoneWord() != 0) return hostFuncBySharedWords(ctx, *s, args);
   hostFuncByMessages(ctx, *s, args.getCallback());
 }
@@ -142,7 +164,7 @@ void handleStream(CallContext& ctx, wire::Call::Reader call) {
       auto a = call.getStreamCreate();
       return ctx.finish(t.streams().createStream(a.getDevice(), a.getStream(), a.getNonBlocking(), a.getPriority()));
     }
-    case wire::Call::STREAM_DESTROY: return ctx.finish(t.streams().destroyStream(call.getStreamDestroy().getStream()));
+    case wire::Call::STREAM_DESTROY: return destroyStream(ctx, call.getStreamDestroy().getStream());
     case wire::Call::STREAM_SYNCHRONIZE: return synchronizeStream(ctx, call.getStreamSynchronize().getStream());
     case wire::Call::STREAM_QUERY: return queryStream(ctx, call.getStreamQuery().getStream());
     case wire::Call::STREAM_WAIT_EVENT: return waitEvent(ctx, call.getStreamWaitEvent());

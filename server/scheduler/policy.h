@@ -60,6 +60,19 @@ struct KernelLaunch {
   metrics::LatencyHistogram* held = nullptr;       // launches the policy held back, and how long
 };
 
+// One launch of an executable graph (the tenant's captured or built work) as the API layer
+// hands it over. Its kernels run as captured: original kernels, never variants.
+struct GraphLaunch {
+  uint64_t tenant = 0;
+  bool highPriority = false;
+  bool mustNotHold = false;  // as KernelLaunch::mustNotHold
+  uint64_t streamId = 0;
+  gpu::Gpu* gpu = nullptr;
+  CUstream stream = nullptr;
+  CUgraphExec exec = nullptr;
+  metrics::LatencyHistogram* held = nullptr;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -70,6 +83,8 @@ class Policy {
   virtual std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const = 0;
   // Enqueues (or arranges) a kernel launch (the original kernel via launchOriginal).
   virtual CUresult launch(const KernelLaunch& k) = 0;
+  // Enqueues a graph launch; by default at once. afterWork follows it, as for other stream work.
+  virtual CUresult launchGraph(const GraphLaunch& g) { return cuGraphLaunch(g.exec, g.stream); }
   // A tenant enqueued other stream work (copy, memset, event, wait) on `stream`.
   virtual void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) = 0;
   // The tenant is ending, before it waits for its streams: nothing the policy holds back may

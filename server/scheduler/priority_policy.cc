@@ -374,6 +374,30 @@ CUresult PriorityPolicy::launch(const KernelLaunch& k) {
   return k.highPriority ? launchHighPriority(k) : launchBestEffort(k);
 }
 
+// A graph is one unit to the scheduler: an HP graph closes the gate before it is queued (its
+// afterWork mark keeps HP busy until it is done); a BE graph waits its turn like one original
+// kernel and counts as one in flight. Its kernels are not variants, so a long BE graph is not
+// preempted: the stream priorities are what keep HP ahead of it.
+CUresult PriorityPolicy::launchGraph(const GraphLaunch& g) {
+  KernelLaunch k{};  // what the lane and the wait read of a launch
+  k.tenant = g.tenant;
+  k.mustNotHold = g.mustNotHold;
+  k.held = g.held;
+  GpuState* s = nullptr;
+  Lane* lane = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    s = stateFor(*g.gpu);
+    if (s != nullptr && g.highPriority && s->activity.submitted(now())) closeGate(*s);
+    if (s != nullptr && !g.highPriority) lane = laneFor(*s, k);
+  }
+  if (lane == nullptr) return cuGraphLaunch(g.exec, g.stream);
+  waitTurn(*s, *lane, k, true);
+  CUresult r = cuGraphLaunch(g.exec, g.stream);
+  markInFlight(*lane, g.stream);
+  return r;
+}
+
 // ---- the monitor -------------------------------------------------------------------------------
 
 void PriorityPolicy::pollGpu(GpuState& s) {

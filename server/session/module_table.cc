@@ -65,6 +65,14 @@ FunctionState* ModuleTable::function(uint64_t id) {
   return it == functions_.end() ? nullptr : &it->second;
 }
 
+uint64_t ModuleTable::functionIdOf(CUfunction f) const {
+  if (f == nullptr) return 0;
+  for (const auto& [id, state] : functions_) {
+    if (state.function == f) return id;
+  }
+  return 0;
+}
+
 FunctionState& ModuleTable::addFunction(uint64_t id, FunctionState state) {
   return functions_.insert_or_assign(id, std::move(state)).first->second;
 }

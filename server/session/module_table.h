@@ -68,6 +68,9 @@ class ModuleTable {
 
   ModuleState* module(uint64_t id);
   FunctionState* function(uint64_t id);
+  // The client's handle of the function whose original kernel is `f` (what a graph's kernel node
+  // names); 0 if none of this tenant's functions is. A scan: graph node queries are rare.
+  uint64_t functionIdOf(CUfunction f) const;
   FunctionState& addFunction(uint64_t id, FunctionState state);
   // Call before changing attribute `a` of function `f` of module `moduleId`: a pooled instance
   // gets its earlier value back when this tenant is done with it.

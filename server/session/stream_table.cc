@@ -97,10 +97,13 @@ void StreamTable::joinStreams(StreamState& waiter, StreamState& waited) {
 
 void StreamTable::orderBefore(StreamState& s) {
   s.gpu->makeCurrent();
+  // Captured work is a graph's: it neither waits for the legacy default stream nor is waited for.
+  if (capturing(s)) return;
   uint64_t& epoch = defaultEpoch_[s.gpu->ordinal()];
   if (s.legacyDefault) {
     for (auto& [id, other] : streams_) {
-      if (other->gpu == s.gpu && other->blocking && !other->legacyDefault && other->hasUnjoinedWork) {
+      if (other->gpu == s.gpu && other->blocking && !other->legacyDefault && other->hasUnjoinedWork &&
+          !capturing(*other)) {
         joinStreams(s, *other);
         other->hasUnjoinedWork = false;
       }
@@ -110,10 +113,38 @@ void StreamTable::orderBefore(StreamState& s) {
   }
   if (!s.blocking) return;
   if (s.joinedDefaultEpoch != epoch) {
-    if (StreamState* legacy = stream(s.gpu->ordinal() + 1); legacy != nullptr) joinStreams(s, *legacy);
+    StreamState* legacy = stream(s.gpu->ordinal() + 1);
+    if (legacy != nullptr && !capturing(*legacy)) joinStreams(s, *legacy);
     s.joinedDefaultEpoch = epoch;
   }
   s.hasUnjoinedWork = true;
+}
+
+// --- stream capture ----------------------------------------------------------------------
+
+bool StreamTable::capturing(CUstream stream) const {
+  if (activeCaptures_ == 0 || stream == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void StreamTable::markCaptureStart(StreamState& s) {
+  s.gpu->makeCurrent();
+  cuEventRecord(s.joinEvent, s.stream);
+  if (!s.blocking || s.legacyDefault || !s.hasUnjoinedWork) return;
+  if (StreamState* legacy = stream(s.gpu->ordinal() + 1); legacy != nullptr && !capturing(*legacy)) {
+    cuStreamWaitEvent(legacy->stream, s.joinEvent, 0);
+  }
+  s.hasUnjoinedWork = false;
+}
+
+std::vector<StreamState*> StreamTable::capturingBlockingStreams(gpu::Gpu* g) {
+  std::vector<StreamState*> out;
+  if (activeCaptures_ == 0) return out;
+  for (StreamState* s : streamsOf(g)) {
+    if (s->blocking && !s->legacyDefault && capturing(*s)) out.push_back(s);
+  }
+  return out;
 }
 
 std::vector<StreamState*> StreamTable::streamsOf(gpu::Gpu* g) {
@@ -176,7 +207,8 @@ CUstream StreamTable::joinedSyncStream(gpu::Gpu* g) {
   g->makeCurrent();
   CUstream waiter = syncStream(g);
   for (StreamState* s : streamsOf(g)) {
-    cuEventRecord(s->joinEvent, s->stream);
+    // A capturing stream's join event still marks its last real work (markCaptureStart).
+    if (!capturing(*s)) cuEventRecord(s->joinEvent, s->stream);
     cuStreamWaitEvent(waiter, s->joinEvent, 0);
   }
   return waiter;
@@ -223,7 +255,7 @@ CUresult StreamTable::destroyEvent(uint64_t id) {
   auto it = events_.find(id);
   if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
   it->second.gpu->makeCurrent();
-  cuEventDestroy(it->second.event);
+  if (!it->second.shared) cuEventDestroy(it->second.event);
   events_.erase(it);
   return CUDA_SUCCESS;
 }
@@ -274,7 +306,7 @@ void StreamTable::destroyStreamsAndEvents() {
   }
   for (auto& [id, e] : events_) {
     e.gpu->makeCurrent();
-    cuEventDestroy(e.event);
+    if (!e.shared) cuEventDestroy(e.event);
   }
 }
 

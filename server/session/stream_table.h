@@ -8,6 +8,7 @@
 #pragma once
 
 #include "server/session/count_limit.h"
+#include "server/session/ipc_registry.h"
 
 #include <cuda.h>
 
@@ -51,6 +52,13 @@ struct StreamState {
 struct EventState {
   gpu::Gpu* gpu = nullptr;
   CUevent event = nullptr;
+  // Last recorded in a capturing stream: the record is a graph's, not the GPU's, so the event
+  // cannot be waited on for a sync (CUDA_ERROR_CAPTURED_EVENT, as natively).
+  bool recordedInCapture = false;
+  // Set for an event shared by IPC (ipc_registry.h): the driver event goes with the last
+  // holder, so destroying this one only drops a reference.
+  std::shared_ptr<CUevent_st> shared;
+  std::shared_ptr<IpcEventGrant> grant;  // the owner's export, once cudaIpcGetEventHandle made it
 };
 
 struct StreamLimits {
@@ -85,6 +93,24 @@ class StreamTable {
   // Streams the tenant created (what max_streams limits).
   size_t userStreamCount() const;
   size_t streamCount() const { return streams_.size(); }
+
+  // --- stream capture (graph_table.h keeps the captures themselves) ----------------------
+  // Work on a capturing stream is recorded into a graph and never runs: nothing may wait for
+  // it, and no join may reach into it (the waiting stream would be pulled into the capture).
+  // Streams are asked only while one of this tenant's captures is open (a stream can join a
+  // capture through an event wait, so the driver is asked, not a flag).
+  void noteCaptureBegun() { ++activeCaptures_; }
+  void noteCaptureEnded() { activeCaptures_ -= activeCaptures_ > 0 ? 1 : 0; }
+  size_t activeCaptures() const { return activeCaptures_; }
+  bool capturing(const StreamState& s) const { return capturing(s.stream); }
+  bool capturing(CUstream stream) const;
+  // Call just before `s` enters a capture (begin, or a wait on a captured event): records its
+  // join event after its real work, which device-wide syncs then wait on instead of a record of
+  // their own, and hands its unjoined work to the legacy default stream now.
+  void markCaptureStart(StreamState& s);
+  // Blocking user streams on `g` that are capturing (the legacy default stream may not be used
+  // meanwhile: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT natively).
+  std::vector<StreamState*> capturingBlockingStreams(gpu::Gpu* g);
 
   // --- private streams -----------------------------------------------------------------
   // A private stream of this tenant on `g` used to wait on events/streams for syncs.
@@ -142,6 +168,7 @@ class StreamTable {
   CountLimit eventLimit_;
   std::atomic<uint32_t>& published_;
   std::optional<bool> band_;
+  size_t activeCaptures_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<StreamState>> streams_;
   std::unordered_map<uint64_t, uint64_t> defaultEpoch_;  // per device: work count on legacy default
   PrivateStreams syncStreams_;

@@ -1,6 +1,7 @@
 #include "server/session/tenant.h"
 
 #include "server/gpu/cuda_check.h"
+#include "server/gpu/virtual_memory.h"
 
 #include <spdlog/spdlog.h>
 
@@ -11,6 +12,9 @@ namespace {
 // then goes over; past this many budgets it is refused (out of memory).
 constexpr auto kStagingWait = std::chrono::milliseconds(200);
 constexpr size_t kStagingHardFactor = 8;
+// Graphs (and, separately, executable graphs) one tenant may hold: each holds driver memory.
+// Generous: torch.compile keeps a graph per captured shape and partition.
+constexpr uint64_t kMaxGraphs = 16384;
 }  // namespace
 
 Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vector<gpu::Gpu*> gpus, TenantLimits limits)
@@ -23,6 +27,8 @@ Tenant::Tenant(uint64_t id, std::string name, PriorityClass priority, std::vecto
       memory_(limits.memoryQuotaBytes, tenantLabel(id_, name_), counters_.memoryBytes),
       modules_(limits.maxModules, tenantLabel(id_, name_)),
       hostMappings_(limits.maxHostMappings, tenantLabel(id_, name_)),
+      virtualMemory_(tenantLabel(id_, name_)),
+      graphs_(streams_, kMaxGraphs, tenantLabel(id_, name_)),
       stagingBudget_(std::make_shared<gpu::StagingBudget>(limits.stagingBytes, kStagingHardFactor * limits.stagingBytes,
                                                           kStagingWait)) {
   for (gpu::Gpu* g : gpus_) g->tenantArrived();
@@ -98,11 +104,27 @@ void Tenant::release() {
   size_t streamCount = streams_.streamCount(), eventCount = streams_.eventCount(), moduleCount = modules_.moduleCount();
   // Host callbacks the client will never run must not hold streams forever.
   hostWaits_->releaseAll();
+  // A capturing stream refuses to be synchronized: its captures end first.
+  size_t graphCount = graphs_.graphCount(), execCount = graphs_.execCount();
+  graphs_.endCaptures();
   // Memory may be freed only once no kernel of this tenant can still touch it.
   streams_.synchronizeAll();
+  // No launch of its graphs runs now; their kernel nodes name its modules' functions.
+  graphs_.destroyAll();
+  if (graphCount + execCount > 0) {
+    spdlog::info("tenant {} ({}): destroyed {} graphs and {} executable graphs", id_, name_, graphCount, execCount);
+  }
+  // Library handles and descriptors next (newest first), while the streams and memory they
+  // name still exist; a handle is destroyed in the context it was created in.
+  size_t libraryObjectCount = libraryObjects_.size();
+  for (const LibraryObject& o : libraryObjects_.takeAll()) {
+    if (o.gpu != nullptr) o.gpu->makeCurrent();
+    if (o.destroy != nullptr) o.destroy(o.object);
+  }
   // Frees are stream-ordered on the tenant's sync stream: cuMemFree would wait for every kernel
   // of the context, and hold other tenants' calls while it waits.
   size_t freedBytes = memory_.allocatedBytes();
+  releaseVirtualMemory();
   // Allocations are cleared and freed, globals of modules that unload below only cleared.
   for (auto& [ptr, range] : memory_.takeAll()) {
     if (range.allocation || modules_.unloadsWhenDropped(range.module)) {
@@ -111,17 +133,50 @@ void Tenant::release() {
   }
   streams_.freePtbControls();
   streams_.destroyPrivateStreams();
+  destroyMemPools();
   streams_.destroyStreamsAndEvents();
   modules_.dropAll();
   streams_.freeRetiredHostFlags();
   hostMappings_.unmapAll();
   // Last: when no tenant is left, the GPU gives back what its pools keep.
   for (gpu::Gpu* g : gpus_) g->tenantLeft();
-  spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} bytes of device memory; "
-               "{} launches ({} sliced, {} PTB, {} retreats)",
-               id_, name_, streamCount, eventCount, moduleCount, freedBytes, counters_.launches.load(),
+  spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} library objects, {} bytes of device "
+               "memory; {} launches ({} sliced, {} PTB, {} retreats)",
+               id_, name_, streamCount, eventCount, moduleCount, libraryObjectCount, freedBytes, counters_.launches.load(),
                counters_.slicedLaunches.load(), counters_.ptbLaunches.load(), counters_.preemptions.load());
   streams_.clear();
+}
+
+// Mapped memory holds the tenant's data: cleared before it is unmapped (the tenant's streams are
+// idle by now). Handles that cannot be released (a broken context) are logged and kept.
+void Tenant::releaseVirtualMemory() {
+  VirtualMemoryTable::Contents all = virtualMemory_.takeAll();
+  for (auto& [ptr, mapping] : all.mappings) {
+    mapping.gpu->makeCurrent();
+    if (CUresult r = gpu::unmapAfter(ptr, mapping.size, streams_.syncStream(mapping.gpu), true); r != CUDA_SUCCESS) {
+      spdlog::warn("tenant {} ({}): unmapping 0x{:x} (+{}) at release failed: {}", id_, name_, ptr, mapping.size,
+                   gpu::describe(r));
+    }
+  }
+  for (auto& [base, size] : all.reservations) cuMemAddressFree(base, size);
+  for (auto& h : all.handles) {
+    h.gpu->makeCurrent();
+    // Mapped handles were cleared with their mappings above; one unmapped earlier without a
+    // clear (it was still referenced then) may still hold data.
+    if (CUresult r = gpu::clearThenRelease(h.handle, h.size, static_cast<CUdevice>(h.gpu->ordinal()),
+                                           h.dirty && h.mappings == 0, streams_.syncStream(h.gpu));
+        r != CUDA_SUCCESS) {
+      spdlog::warn("tenant {} ({}): releasing an allocation handle of {} bytes failed: {}", id_, name_, h.size,
+                   gpu::describe(r));
+    }
+  }
+}
+
+void Tenant::destroyMemPools() {
+  for (MemPoolTable::Pool& p : memPools_.takeAll()) {
+    p.gpu->makeCurrent();
+    cuMemPoolDestroy(p.pool);
+  }
 }
 
 }  // namespace tally::server::session

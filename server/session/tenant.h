@@ -3,7 +3,10 @@
 //  - streams() (+ events, the tenant's legacy default stream semantics; stream_table.h),
 //  - memory() (allocation and module-global ranges, ownerOf, the quota; memory_table.h),
 //  - modules() (+ the functions resolved in them; module_table.h),
-//  - hostMappings() (client memory shared through memfds; host_mapping_table.h).
+//  - hostMappings() (client memory shared through memfds; host_mapping_table.h),
+//  - memPools() (its stream-ordered allocator pools; mem_pool_table.h),
+//  - virtualMemory() (allocation handles, reservations, mappings; virtual_memory_table.h).
+//  - graphs() (open stream captures, graphs, executable graphs; graph_table.h).
 // What spans tables (allocating and freeing, unloading a module with its globals, the host
 // waits, release) is here. A Tenant is used by its session thread only (completion callbacks
 // capture values, never the tenant), so it needs no lock.
@@ -14,9 +17,13 @@
 #include "server/session/auth.h"
 #include "server/session/host_mapping_table.h"
 #include "server/session/host_waits.h"
+#include "server/session/graph_table.h"
+#include "server/session/library_object_table.h"
+#include "server/session/mem_pool_table.h"
 #include "server/session/memory_table.h"
 #include "server/session/module_table.h"
 #include "server/session/stream_table.h"
+#include "server/session/virtual_memory_table.h"
 
 #include <cuda.h>
 
@@ -95,6 +102,10 @@ class Tenant {
   const MemoryTable& memory() const { return memory_; }
   ModuleTable& modules() { return modules_; }
   HostMappingTable& hostMappings() { return hostMappings_; }
+  MemPoolTable& memPools() { return memPools_; }
+  VirtualMemoryTable& virtualMemory() { return virtualMemory_; }
+  LibraryObjectTable& libraryObjects() { return libraryObjects_; }
+  GraphTable& graphs() { return graphs_; }
 
   // --- memory (allocations come from the GPU's pool on the tenant's allocation stream) ---
   CUresult allocate(uint32_t device, size_t size, CUdeviceptr& out);
@@ -156,6 +167,12 @@ class Tenant {
   void release();
 
  private:
+  // Parts of release(): mapped memory is cleared and unmapped, reservations freed, handles
+  // released; pools are destroyed once their memory is freed.
+  void releaseVirtualMemory();
+  void destroyMemPools();
+
+ private:
   uint64_t id_;
   std::string name_;
   PriorityClass priority_;
@@ -167,6 +184,10 @@ class Tenant {
   MemoryTable memory_;
   ModuleTable modules_;
   HostMappingTable hostMappings_;
+  MemPoolTable memPools_;
+  VirtualMemoryTable virtualMemory_;
+  LibraryObjectTable libraryObjects_;
+  GraphTable graphs_;  // after streams_: it counts captures there
   uint32_t hostFuncsAwaited_ = 0;
   std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
   std::shared_ptr<gpu::StagingBudget> stagingBudget_;

@@ -250,7 +250,7 @@ case_no_gpu() {
 case_tallyd_dies() {
   need_program
   command -v capnp >/dev/null 2>&1 || skip "the capnp tool (package capnproto) is not installed"
-  echo '(welcome = (accepted = true, protocolVersion = 2, tenantId = 1, driverVersion = 13000,
+  echo '(welcome = (accepted = true, protocolVersion = 3, tenantId = 1, driverVersion = 13000,
     devices = [(ordinal = 0, name = "fake GPU", major = 9, minor = 0, totalMem = 1000000000,
                 streamPriorityLeast = 0, streamPriorityGreatest = -5)]))' |
     capnp encode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ServerMessage >"$TMPD/welcome.bin" 2>"$TMPD/encode.err" ||
@@ -320,7 +320,7 @@ tallyd_threads() { ls "/proc/$TALLYD_PID/task" | wc -l; }
 # killed with SIGKILL. tallyd must end where it started: same descriptors and threads, no tenant.
 case_killed_mid_handshake() {
   command -v capnp >/dev/null 2>&1 || skip "the capnp tool (package capnproto) is not installed"
-  echo "(hello = (protocolVersion = 2, tenantName = \"it-killed\", clientPid = $$))" |
+  echo "(hello = (protocolVersion = 3, tenantName = \"it-killed\", clientPid = $$))" |
     capnp encode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ClientMessage >"$TMPD/hello.bin" 2>"$TMPD/encode.err" ||
     { show "$TMPD/encode.err" "capnp encode"; fail "could not encode a Hello"; }
   start_tallyd
@@ -542,7 +542,7 @@ case_security_handshake_timeout() {
 # reason before any thread starts for them; once the idle peers are gone a client gets in again.
 case_security_max_connections() {
   command -v capnp >/dev/null 2>&1 || skip "the capnp tool (package capnproto) is not installed"
-  echo "(hello = (protocolVersion = 2, tenantName = \"it-over-limit\", clientPid = $$))" |
+  echo "(hello = (protocolVersion = 3, tenantName = \"it-over-limit\", clientPid = $$))" |
     capnp encode -I"$SCHEMA_DIR" "$SCHEMA_DIR/envelope.capnp" ClientMessage >"$TMPD/hello.bin" 2>"$TMPD/encode.err" ||
     { show "$TMPD/encode.err" "capnp encode"; fail "could not encode a Hello"; }
   printf 'max_connections = 3\nhandshake_timeout_ms = 60000\n' >"$TMPD/tallyd.toml"

@@ -10,7 +10,12 @@
 //    is given: a handle used after its destroy call is a use-after-free too;
 //  - work completes at once (events are always reached, syncs return at once);
 //  - a kernel launch reads every parameter at the size cuFuncGetParamInfo reported for it, as
-//    the real driver copies them, so a short parameter buffer is an overread.
+//    the real driver copies them, so a short parameter buffer is an overread; a kernel whose name
+//    starts with "add" adds 1 to the u32 its first parameter points at (graph replays show);
+//  - stream capture records work as graph nodes instead of doing it (kernels, copies, memsets),
+//    a graph launch does its nodes in order; a sync or query of a capturing stream is refused
+//    and invalidates the capture, as the driver does. tallyFakeLiveGraphs() counts graphs and
+//    executable graphs not destroyed (a test's check that a tenant's end destroys its own).
 // Exports carry the versioned names the shim resolves (cuMemAlloc_v2, ...), so this file
 // includes cuda.h with __CUDA_API_VERSION_INTERNAL like the shim does.
 #define __CUDA_API_VERSION_INTERNAL 1
@@ -18,13 +23,16 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -43,8 +51,15 @@ struct FakeObject {
   uint32_t magic = kLiveMagic;
 };
 
-struct FakeStream : FakeObject {};
-struct FakeEvent : FakeObject {};
+struct FakeGraph;
+
+struct FakeStream : FakeObject {
+  FakeGraph* capture = nullptr;  // the graph this stream's work goes to while it captures
+  bool origin = false;           // it began the capture (others joined through an event)
+};
+struct FakeEvent : FakeObject {
+  FakeGraph* capturedIn = nullptr;  // last recorded in a capture
+};
 struct FakeContext : FakeObject {};
 struct FakeModule;
 
@@ -58,6 +73,34 @@ struct FakeModule : FakeObject {
   std::map<std::string, std::unique_ptr<FakeFunction>> functions;
   std::map<std::string, void*> globals;  // malloc'd, freed with the module
 };
+
+// A node: a kernel (function, shape, its own copy of each parameter) or other work to redo.
+struct FakeNode : FakeObject {
+  FakeGraph* graph = nullptr;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  CUfunction function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned sharedMem = 0;
+  std::vector<std::vector<unsigned char>> params;
+  std::vector<void*> paramPointers;
+  std::function<CUresult()> work;  // nodes other than kernels
+};
+
+struct FakeGraph : FakeObject {
+  std::vector<std::unique_ptr<FakeNode>> nodes;
+  std::vector<FakeStream*> joined;  // streams in its capture besides the origin
+  uint64_t captureId = 0;
+  bool invalidated = false;
+};
+
+struct FakeExec : FakeObject {
+  FakeGraph* source = nullptr;  // nodes of the graph it was instantiated from, by position
+  std::vector<FakeNode> nodes;
+};
+
+std::atomic<size_t> liveGraphs{0};
+std::atomic<uint64_t> nextCaptureId{1};
 
 struct FakeDriver {
   std::mutex mutex;
@@ -130,8 +173,10 @@ CUresult memset2D(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t h
   if (height > 1 && pitch < width * sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
   // As the driver: 16- and 32-bit memsets need every row aligned to their element.
   if (dst % sizeof(T) != 0 || (height > 1 && pitch % sizeof(T) != 0)) return CUDA_ERROR_INVALID_VALUE;
-  fillRows(dst, pitch, value, width, height);
-  return CUDA_SUCCESS;
+  return onStream(s, CU_GRAPH_NODE_TYPE_MEMSET, [=] {
+    fillRows(dst, pitch, value, width, height);
+    return CUDA_SUCCESS;
+  });
 }
 
 // Both host and device addresses are plain host addresses here.
@@ -174,12 +219,100 @@ CUresult readParams(CUfunction fn, void** params) {
   return CUDA_SUCCESS;
 }
 
+// The graph `s` captures into, or nullptr (also for the null and per-thread streams).
+FakeGraph* captureOf(CUstream s) {
+  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return nullptr;
+  return reinterpret_cast<FakeStream*>(s)->capture;
+}
+
+FakeNode& addNode(FakeGraph& g, CUgraphNodeType type) {
+  g.nodes.push_back(std::make_unique<FakeNode>());
+  FakeNode& n = *g.nodes.back();
+  n.graph = &g;
+  n.type = type;
+  return n;
+}
+
+// Work on `s`: done now, or recorded into the graph the stream captures into.
+CUresult onStream(CUstream s, CUgraphNodeType type, std::function<CUresult()> work) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  if (FakeGraph* g = captureOf(s); g != nullptr) {
+    addNode(*g, type).work = std::move(work);
+    return CUDA_SUCCESS;
+  }
+  return work();
+}
+
+// Kernel node parameters: a copy of each, at the sizes the function declares.
+CUresult setKernel(FakeNode& n, CUfunction fn, const unsigned grid[3], const unsigned block[3], unsigned sharedMem,
+                   void** params) {
+  if (CUresult r = readParams(fn, params); r != CUDA_SUCCESS) return r;
+  auto* f = reinterpret_cast<FakeFunction*>(fn);
+  n.function = fn;
+  std::copy(grid, grid + 3, n.grid);
+  std::copy(block, block + 3, n.block);
+  n.sharedMem = sharedMem;
+  n.params.clear();
+  size_t offset = 0, size = 0;
+  for (size_t i = 0; paramInfo(*f, i, offset, size); ++i) {
+    const auto* p = static_cast<const unsigned char*>(params[i]);
+    n.params.emplace_back(p, p + size);
+  }
+  n.paramPointers.clear();
+  for (auto& p : n.params) n.paramPointers.push_back(p.data());
+  return CUDA_SUCCESS;
+}
+
+// What a kernel does here: an "add" kernel adds 1 to the u32 its first parameter points at.
+void runKernel(CUfunction fn, void** params) {
+  auto* f = reinterpret_cast<FakeFunction*>(fn);
+  if (f->name.rfind("add", 0) != 0 || params == nullptr || params[0] == nullptr) return;
+  uint32_t* counter = nullptr;
+  std::memcpy(&counter, params[0], sizeof(counter));
+  FakeDriver& d = driver();
+  std::lock_guard lock(d.mutex);
+  auto block = d.deviceBlocks.upper_bound(reinterpret_cast<uintptr_t>(counter));
+  if (block == d.deviceBlocks.begin()) return;
+  --block;
+  if (reinterpret_cast<uintptr_t>(counter) + sizeof(uint32_t) <= block->first + block->second) ++*counter;
+}
+
 CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 unsigned sharedMem, CUstream s, void** params) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (uint64_t(bx) * by * bz > 1024 || sharedMem > (227u << 10)) return CUDA_ERROR_INVALID_VALUE;
-  return readParams(f, params);
+  if (FakeGraph* g = captureOf(s); g != nullptr) {
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    FakeNode n;
+    if (CUresult r = setKernel(n, f, grid, block, sharedMem, params); r != CUDA_SUCCESS) return r;
+    FakeNode& added = addNode(*g, CU_GRAPH_NODE_TYPE_KERNEL);
+    added.function = n.function;
+    std::copy(n.grid, n.grid + 3, added.grid);
+    std::copy(n.block, n.block + 3, added.block);
+    added.sharedMem = n.sharedMem;
+    added.params = std::move(n.params);
+    for (auto& p : added.params) added.paramPointers.push_back(p.data());
+    return CUDA_SUCCESS;
+  }
+  if (CUresult r = readParams(f, params); r != CUDA_SUCCESS) return r;
+  runKernel(f, params);
+  return CUDA_SUCCESS;
+}
+
+CUresult runNode(FakeNode& n) {
+  if (n.type != CU_GRAPH_NODE_TYPE_KERNEL) return n.work ? n.work() : CUDA_SUCCESS;
+  if (!live(reinterpret_cast<FakeFunction*>(n.function))) return CUDA_ERROR_INVALID_HANDLE;
+  runKernel(n.function, n.paramPointers.data());
+  return CUDA_SUCCESS;
+}
+
+// A sync or query of a capturing stream: refused, and the capture invalidated.
+CUresult refuseIfCapturing(CUstream s) {
+  FakeGraph* g = captureOf(s);
+  if (g == nullptr) return CUDA_SUCCESS;
+  g->invalidated = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 // Device attributes of an H200-like GPU; the ones handlers look at, the rest 0.
@@ -354,18 +487,22 @@ CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream s) {
   if (p->Height > 1 && (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  copyRows(destinationOf(p), p->dstPitch, sourceOf(p), p->srcPitch, p->WidthInBytes, p->Height);
-  return CUDA_SUCCESS;
+  return onStream(s, CU_GRAPH_NODE_TYPE_MEMCPY, [dst = destinationOf(p), src = sourceOf(p), copy = *p] {
+    copyRows(dst, copy.dstPitch, src, copy.srcPitch, copy.WidthInBytes, copy.Height);
+    return CUDA_SUCCESS;
+  });
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream s) {
-  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
-  std::memmove(dst, reinterpret_cast<const void*>(src), bytes);
-  return CUDA_SUCCESS;
+  return onStream(s, CU_GRAPH_NODE_TYPE_MEMCPY, [=] {
+    std::memmove(dst, reinterpret_cast<const void*>(src), bytes);
+    return CUDA_SUCCESS;
+  });
 }
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
-  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
-  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
-  return CUDA_SUCCESS;
+  return onStream(s, CU_GRAPH_NODE_TYPE_MEMCPY, [=] {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    return CUDA_SUCCESS;
+  });
 }
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
   return memset2D<uint8_t>(dst, n, v, n, 1, s);
@@ -393,27 +530,46 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* s, unsigned int, int) {
 }
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream s) {
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return destroy(reinterpret_cast<FakeStream*>(s));
+  auto* stream = reinterpret_cast<FakeStream*>(s);
+  if (live(stream) && stream->capture != nullptr) std::erase(stream->capture->joined, stream);
+  return destroy(stream);
 }
-CUresult CUDAAPI cuStreamSynchronize(CUstream s) { return checkStream(s); }
-CUresult CUDAAPI cuStreamQuery(CUstream s) { return checkStream(s); }
+CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  return refuseIfCapturing(s);
+}
+CUresult CUDAAPI cuStreamQuery(CUstream s) { return cuStreamSynchronize(s); }
+// A wait on an event recorded in a capture pulls the stream into that capture.
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
-  return live(reinterpret_cast<FakeEvent*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  auto* event = reinterpret_cast<FakeEvent*>(e);
+  if (!live(event)) return CUDA_ERROR_INVALID_HANDLE;
+  FakeGraph* g = event->capturedIn;
+  if (g == nullptr || !live(g) || captureOf(s) != nullptr || s == nullptr || s == CU_STREAM_LEGACY ||
+      s == CU_STREAM_PER_THREAD) {
+    return CUDA_SUCCESS;
+  }
+  reinterpret_cast<FakeStream*>(s)->capture = g;
+  g->joined.push_back(reinterpret_cast<FakeStream*>(s));
+  return CUDA_SUCCESS;
 }
 // Stream memory operations touch the word now: a word in a mapping the client shrank or
 // unmapped faults here as it would on the GPU's DMA.
 CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
   if (addr % 4 != 0) return CUDA_ERROR_INVALID_VALUE;
-  *reinterpret_cast<volatile cuuint32_t*>(addr) = value;
-  return CUDA_SUCCESS;
+  return onStream(s, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [=] {
+    *reinterpret_cast<volatile cuuint32_t*>(addr) = value;
+    return CUDA_SUCCESS;
+  });
 }
 CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t, unsigned int) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
   if (addr % 4 != 0) return CUDA_ERROR_INVALID_VALUE;
-  [[maybe_unused]] cuuint32_t seen = *reinterpret_cast<volatile cuuint32_t*>(addr);
-  return CUDA_SUCCESS;
+  return onStream(s, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [=] {
+    [[maybe_unused]] cuuint32_t seen = *reinterpret_cast<volatile cuuint32_t*>(addr);
+    return CUDA_SUCCESS;
+  });
 }
 CUresult CUDAAPI cuEventCreate(CUevent* e, unsigned int) {
   *e = reinterpret_cast<CUevent>(new FakeEvent);
@@ -422,10 +578,15 @@ CUresult CUDAAPI cuEventCreate(CUevent* e, unsigned int) {
 CUresult CUDAAPI cuEventDestroy_v2(CUevent e) { return destroy(reinterpret_cast<FakeEvent*>(e)); }
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
-  return live(reinterpret_cast<FakeEvent*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  auto* event = reinterpret_cast<FakeEvent*>(e);
+  if (!live(event)) return CUDA_ERROR_INVALID_HANDLE;
+  event->capturedIn = captureOf(s);
+  return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventQuery(CUevent e) {
-  return live(reinterpret_cast<FakeEvent*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  auto* event = reinterpret_cast<FakeEvent*>(e);
+  if (!live(event)) return CUDA_ERROR_INVALID_HANDLE;
+  return event->capturedIn != nullptr ? CUDA_ERROR_CAPTURED_EVENT : CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventSynchronize(CUevent e) { return cuEventQuery(e); }
 CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
@@ -528,5 +689,204 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
   return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
                 config->blockDimZ, config->sharedMemBytes, config->hStream, params);
 }
+
+// --- stream capture and graphs ---
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  auto* stream = reinterpret_cast<FakeStream*>(s);
+  if (stream->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  stream->capture = new FakeGraph;
+  stream->capture->captureId = nextCaptureId++;
+  stream->origin = true;
+  ++liveGraphs;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* out) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  FakeGraph* g = captureOf(s);
+  if (g == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  auto* stream = reinterpret_cast<FakeStream*>(s);
+  if (!stream->origin) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  for (FakeStream* joined : g->joined) joined->capture = nullptr;
+  stream->capture = nullptr;
+  stream->origin = false;
+  *out = nullptr;
+  if (g->invalidated) {
+    --liveGraphs;
+    destroy(g);
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  g->joined.clear();
+  *out = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  FakeGraph* g = captureOf(s);
+  *status = g == nullptr ? CU_STREAM_CAPTURE_STATUS_NONE
+                         : g->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                                           const CUgraphNode** dependencies, const CUgraphEdgeData** edges,
+                                           size_t* count) {
+  if (CUresult r = cuStreamIsCapturing(s, status); r != CUDA_SUCCESS) return r;
+  FakeGraph* g = captureOf(s);
+  if (id != nullptr) *id = g != nullptr ? g->captureId : 0;
+  if (graph != nullptr) *graph = reinterpret_cast<CUgraph>(g);
+  if (dependencies != nullptr) *dependencies = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (count != nullptr) *count = 0;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphCreate(CUgraph* out, unsigned int flags) {
+  if (out == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUgraph>(new FakeGraph);
+  ++liveGraphs;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g)) return CUDA_ERROR_INVALID_VALUE;
+  --liveGraphs;
+  return destroy(g);
+}
+CUresult CUDAAPI cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* count) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (nodes != nullptr) {
+    for (size_t i = 0; i < *count; ++i) {
+      nodes[i] = i < g->nodes.size() ? reinterpret_cast<CUgraphNode>(g->nodes[i].get()) : nullptr;
+    }
+  }
+  *count = nodes != nullptr ? std::min(*count, g->nodes.size()) : g->nodes.size();
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
+  auto* n = reinterpret_cast<FakeNode*>(node);
+  if (!live(n) || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *type = n->type;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* p) {
+  auto* n = reinterpret_cast<FakeNode*>(node);
+  if (!live(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  *p = CUDA_KERNEL_NODE_PARAMS{};
+  p->func = n->function;
+  p->gridDimX = n->grid[0], p->gridDimY = n->grid[1], p->gridDimZ = n->grid[2];
+  p->blockDimX = n->block[0], p->blockDimY = n->block[1], p->blockDimZ = n->block[2];
+  p->sharedMemBytes = n->sharedMem;
+  p->kernelParams = n->paramPointers.data();
+  return CUDA_SUCCESS;
+}
+CUresult setKernelParams(FakeNode& n, const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr || p->extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+  const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+  return setKernel(n, p->func, grid, block, p->sharedMemBytes, p->kernelParams);
+}
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
+  auto* n = reinterpret_cast<FakeNode*>(node);
+  if (!live(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  return setKernelParams(*n, p);
+}
+// Dependencies must be nodes of the same graph (the fake runs nodes in the order they were added).
+bool ownNodes(const FakeGraph& g, const CUgraphNode* nodes, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    auto* n = reinterpret_cast<FakeNode*>(nodes[i]);
+    if (!live(n) || n->graph != &g) return false;
+  }
+  return true;
+}
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                         const CUDA_KERNEL_NODE_PARAMS* p) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || out == nullptr || !ownNodes(*g, deps, count)) return CUDA_ERROR_INVALID_VALUE;
+  FakeNode n;
+  if (CUresult r = setKernelParams(n, p); r != CUDA_SUCCESS) return r;
+  FakeNode& added = addNode(*g, CU_GRAPH_NODE_TYPE_KERNEL);
+  added.function = n.function;
+  std::copy(n.grid, n.grid + 3, added.grid);
+  std::copy(n.block, n.block + 3, added.block);
+  added.sharedMem = n.sharedMem;
+  added.params = std::move(n.params);
+  for (auto& param : added.params) added.paramPointers.push_back(param.data());
+  *out = reinterpret_cast<CUgraphNode>(&added);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                      const CUDA_MEMCPY3D* p, CUcontext) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || out == nullptr || p == nullptr || !ownNodes(*g, deps, count) || p->Depth > 1) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  FakeNode& added = addNode(*g, CU_GRAPH_NODE_TYPE_MEMCPY);
+  auto* dst = reinterpret_cast<char*>(p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes);
+  auto* src = reinterpret_cast<const char*>(p->srcDevice + p->srcY * p->srcPitch + p->srcXInBytes);
+  added.work = [dst, src, copy = *p] {
+    copyRows(dst, copy.dstPitch, src, copy.srcPitch, copy.WidthInBytes, std::max<size_t>(copy.Height, 1));
+    return CUDA_SUCCESS;
+  };
+  *out = reinterpret_cast<CUgraphNode>(&added);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                           const CUgraphEdgeData*, size_t count) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || !ownNodes(*g, from, count) || !ownNodes(*g, to, count)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph graph, unsigned long long flags) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || out == nullptr || flags > 15) return CUDA_ERROR_INVALID_VALUE;
+  auto* e = new FakeExec;
+  e->source = g;
+  for (auto& n : g->nodes) {
+    e->nodes.push_back(*n);
+    FakeNode& copy = e->nodes.back();
+    copy.paramPointers.clear();
+    for (auto& param : copy.params) copy.paramPointers.push_back(param.data());
+  }
+  ++liveGraphs;
+  *out = reinterpret_cast<CUgraphExec>(e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
+  auto* e = reinterpret_cast<FakeExec*>(exec);
+  if (!live(e)) return CUDA_ERROR_INVALID_VALUE;
+  --liveGraphs;
+  return destroy(e);
+}
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                   const CUDA_KERNEL_NODE_PARAMS* p) {
+  auto* e = reinterpret_cast<FakeExec*>(exec);
+  auto* n = reinterpret_cast<FakeNode*>(node);
+  if (!live(e) || !live(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  if (!live(e->source) || n->graph != e->source) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < e->nodes.size(); ++i) {
+    if (e->source->nodes[i].get() == n) return setKernelParams(e->nodes[i], p);
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+// Into a capturing stream a graph launch is captured (as one node); else its nodes run now.
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
+  auto* e = reinterpret_cast<FakeExec*>(exec);
+  if (!live(e)) return CUDA_ERROR_INVALID_VALUE;
+  return onStream(s, CU_GRAPH_NODE_TYPE_GRAPH, [e] {
+    for (FakeNode& n : e->nodes) {
+      if (CUresult r = runNode(n); r != CUDA_SUCCESS) return r;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+CUresult CUDAAPI cuGraphUpload(CUgraphExec exec, CUstream s) {
+  if (!live(reinterpret_cast<FakeExec*>(exec))) return CUDA_ERROR_INVALID_VALUE;
+  return checkStream(s);
+}
+
+// For tests: graphs and executable graphs created and not destroyed.
+size_t tallyFakeLiveGraphs() { return liveGraphs.load(); }
 
 }  // extern "C"

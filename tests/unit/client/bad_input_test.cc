@@ -153,9 +153,9 @@ TEST_F(BadInput, HostCallbackNoticesNameOnlyIssuedIds) {
   expectStillConnected();
 }
 
-// Stream capture is not forwarded yet, so no stream is ever capturing: the queries PyTorch's
-// allocator makes with every allocation say so for real streams and refuse what is not one; the
-// per-thread capture mode is swapped as the runtime swaps it.
+// No capture begun, so no stream is capturing: the queries PyTorch's allocator makes with every
+// allocation say so for real streams and refuse what is not one; the per-thread capture mode is
+// swapped as the runtime swaps it. (Captures: graph_client_test.cc.)
 TEST(StreamCapture, QueriesSayNoStreamIsCapturing) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);

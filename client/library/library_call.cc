@@ -1,0 +1,186 @@
+#include "client/library/library_call.h"
+
+#include "client/api/api_util.h"
+#include "client/runtime/client_runtime.h"
+#include "client/transport/host_memory.h"
+
+#include <cublas_api.h>
+#include <cudnn.h>
+#include <spdlog/spdlog.h>
+
+namespace tally::client::library {
+namespace {
+
+ClientRuntime& rt() { return ClientRuntime::get(); }
+
+// Reads up to `size` bytes of a host scalar without risking a signal: where the whole width is
+// not mapped (a float at the end of a page, read as a double), the narrower widths are tried.
+bool readScalar(const void* p, size_t size, std::string& out) {
+  for (size_t width : {size_t{16}, size_t{8}, size_t{4}, size_t{2}, size_t{1}}) {
+    if (width > size) continue;
+    out.resize(width);
+    if (host_memory::copyIn(out.data(), p, width)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int successStatus() { return 0; }
+
+// The two libraries' enums differ; each answer is the int of the caller's family.
+int pick(Family f, cudnnStatus_t cudnn, cublasStatus_t cublas) {
+  return f == Family::kCudnn ? static_cast<int>(cudnn) : static_cast<int>(cublas);
+}
+int notInitializedStatus(Family f) { return pick(f, CUDNN_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_NOT_INITIALIZED); }
+int invalidValueStatus(Family f) { return pick(f, CUDNN_STATUS_BAD_PARAM, CUBLAS_STATUS_INVALID_VALUE); }
+int executionFailedStatus(Family f) { return pick(f, CUDNN_STATUS_EXECUTION_FAILED, CUBLAS_STATUS_EXECUTION_FAILED); }
+
+HandleRegistry& HandleRegistry::get() {
+  static HandleRegistry* registry = new HandleRegistry();  // leaked: used from atexit handlers
+  return *registry;
+}
+
+uint64_t HandleRegistry::add(HandleState state) {
+  uint64_t id = Call::newObjectId();
+  std::lock_guard<std::mutex> lock(mutex_);
+  handles_.emplace(id, state);
+  return id;
+}
+
+std::optional<HandleState> HandleRegistry::find(const void* handle, Family family) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = handles_.find(reinterpret_cast<uintptr_t>(handle));
+  if (it == handles_.end() || it->second.family != family) return std::nullopt;
+  return it->second;
+}
+
+bool HandleRegistry::update(const void* handle, Family family, const std::function<void(HandleState&)>& change) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = handles_.find(reinterpret_cast<uintptr_t>(handle));
+  if (it == handles_.end() || it->second.family != family) return false;
+  change(it->second);
+  return true;
+}
+
+bool HandleRegistry::remove(const void* handle, Family family) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = handles_.find(reinterpret_cast<uintptr_t>(handle));
+  if (it == handles_.end() || it->second.family != family) return false;
+  handles_.erase(it);
+  return true;
+}
+
+Call::Call(Family family, const char* name, uint32_t function) : family_(family), name_(name), function_(function) {}
+
+uint64_t Call::newObjectId() { return ClientRuntime::get().newHandleId(); }
+
+void Call::stream(cudaStream_t s) {
+  uint64_t id = rt().ready() == CUDA_SUCCESS ? rt().streamId(s) : 0;
+  if (id == 0) refuse(invalidValueStatus(family_));
+  args_.put(id);
+}
+
+void Call::scalar(const void* handle, const void* p, size_t size) {
+  auto state = HandleRegistry::get().find(handle, family_);
+  bool onDevice = state && state->pointerMode == CUBLAS_POINTER_MODE_DEVICE;
+  if (onDevice) {
+    args_.put(tally::library::ScalarPlace::kDevice);
+    device(p);
+    return;
+  }
+  args_.put(tally::library::ScalarPlace::kHost);
+  std::string bytes;
+  if (p == nullptr || !readScalar(p, size == 0 ? tally::library::kMaxScalarBytes : size, bytes)) {
+    refuse(invalidValueStatus(family_));
+  }
+  args_.putBytes(bytes.data(), static_cast<uint32_t>(bytes.size()));
+}
+
+void Call::scalarOut(const void* handle, void* p, size_t size) {
+  auto state = HandleRegistry::get().find(handle, family_);
+  if (state && state->pointerMode == CUBLAS_POINTER_MODE_DEVICE) {
+    args_.put(tally::library::ScalarPlace::kDevice);
+    device(p);
+    return;
+  }
+  args_.put(tally::library::ScalarPlace::kHost);
+  if (p == nullptr) refuse(invalidValueStatus(family_));
+  addOutput(p, size);
+}
+
+void Call::hostScalar(const void* p) {
+  std::string bytes;
+  if (p != nullptr && !readScalar(p, 8, bytes)) refuse(invalidValueStatus(family_));
+  args_.putBytes(bytes.data(), static_cast<uint32_t>(bytes.size()));
+}
+
+void Call::hostOut(void* p, size_t size) {
+  args_.put(static_cast<uint8_t>(p != nullptr));
+  if (p != nullptr) addOutput(p, size);
+}
+
+void Call::putArray(const void* p, int64_t count, size_t elementSize) {
+  args_.put(static_cast<uint8_t>(p != nullptr));
+  if (p == nullptr) return;
+  if (count < 0 || static_cast<uint64_t>(count) * elementSize > tally::library::kMaxHostBytes) {
+    refuse(invalidValueStatus(family_));
+    args_.putBytes(nullptr, 0);
+    return;
+  }
+  std::string bytes(static_cast<size_t>(count) * elementSize, '\0');
+  if (!host_memory::copyIn(bytes.data(), p, bytes.size())) refuse(invalidValueStatus(family_));
+  args_.putBytes(bytes.data(), static_cast<uint32_t>(bytes.size()));
+}
+
+void Call::addOutput(void* p, size_t size) {
+  if (size > tally::library::kMaxHostBytes) {
+    refuse(invalidValueStatus(family_));
+    return;
+  }
+  if (p != nullptr && size != 0) outputs_.emplace_back(p, size);
+}
+
+bool Call::scatterOutputs(const std::string& bytes) {
+  size_t total = 0;
+  for (const auto& [p, size] : outputs_) total += size;
+  if (total != bytes.size()) {
+    spdlog::error("tally: {}: tallyd returned {} output bytes, expected {}", name_, bytes.size(), total);
+    return false;
+  }
+  size_t offset = 0;
+  for (const auto& [p, size] : outputs_) {
+    if (!host_memory::copyOut(p, bytes.data() + offset, size)) return false;
+    offset += size;
+  }
+  return true;
+}
+
+int Call::run(bool oneWayAllowed) {
+  if (refused_ != 0) return refused_ == -1 ? invalidValueStatus(family_) : refused_;
+  if (rt().ready() != CUDA_SUCCESS) return notInitializedStatus(family_);
+  auto build = [this](wire::Call::Builder call) {
+    auto lib = call.initLibrary();
+    lib.setFunction(function_);
+    lib.setDevice(currentDevice());
+    lib.setArgs(kj::arrayPtr(reinterpret_cast<const kj::byte*>(args_.bytes().data()), args_.bytes().size()));
+  };
+  if (oneWayAllowed && outputs_.empty()) {
+    return rt().post(build) == CUDA_SUCCESS ? successStatus() : executionFailedStatus(family_);
+  }
+  ReplyMessage reply;
+  int status = static_cast<int>(rt().call(build, &reply));
+  if (rt().connection().broken()) return executionFailedStatus(family_);
+  if (status != 0) return status;
+  auto out = reply.reply();
+  std::string bytes;
+  if (out.isLibraryOut()) {
+    auto data = out.getLibraryOut();
+    bytes.assign(reinterpret_cast<const char*>(data.begin()), data.size());
+  }
+  replyBytes_ = bytes;
+  if (!outputs_.empty() && !scatterOutputs(bytes)) return executionFailedStatus(family_);
+  return successStatus();
+}
+
+}  // namespace tally::client::library

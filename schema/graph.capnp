@@ -1,0 +1,103 @@
+@0xf4a67514ce7b2b4c;
+# CUDA graphs: stream capture on the tenant's own streams, the graphs it yields, their
+# executable instances, and (explicit construction) kernel and device-to-device copy nodes.
+#
+# Graph and exec ids are chosen by the client, like stream ids, and are private to the tenant;
+# tallyd maps them to its own CUgraph / CUgraphExec. A node is named by its graph and its
+# position in that graph: node id i + 1 is the i-th node cuGraphGetNodes listed, followed by the
+# nodes the client added since, in order. Kernel nodes name the tenant's functions by the
+# client's function handles (module.capnp), never by a driver address.
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tally::wire");
+
+using Launch = import "launch.capnp";
+
+struct BeginCapture {
+  # Reply.value: the capture's id (what cuStreamGetCaptureInfo reports).
+  stream @0 :UInt64;
+  mode @1 :UInt32;                # the application's CUstreamCaptureMode; tallyd always captures
+                                  # relaxed (its one thread runs every call of the tenant) and the
+                                  # client enforces the mode among the application's threads
+}
+
+struct EndCapture {
+  stream @0 :UInt64;
+  graph @1 :UInt64;               # client-chosen id of the captured graph
+  invalidated @2 :Bool;           # the client refused a call that invalidates the capture natively
+}
+
+struct GraphRef {
+  graph @0 :UInt64;
+}
+
+struct GraphExecRef {
+  exec @0 :UInt64;
+}
+
+struct GraphInstantiate {
+  graph @0 :UInt64;
+  exec @1 :UInt64;                # client-chosen id of the executable graph
+  flags @2 :UInt64;               # CUgraphInstantiate_flags
+}
+
+struct GraphLaunch {
+  # Also cuGraphUpload's arguments.
+  exec @0 :UInt64;
+  stream @1 :UInt64;
+}
+
+struct GraphNodeRef {
+  graph @0 :UInt64;
+  node @1 :UInt32;
+}
+
+struct KernelNodeParams {
+  function @0 :UInt64;            # the client's function handle; 0: not one of the tenant's
+  grid @1 :Launch.Dim3;
+  block @2 :Launch.Dim3;
+  sharedMem @3 :UInt32;
+  params @4 :Data;                # laid out by the function's parameter offsets, as in LaunchKernel
+}
+
+struct KernelNodeSetParams {
+  exec @0 :UInt64;                # 0: the node of the graph itself (cuGraphKernelNodeSetParams)
+  node @1 :GraphNodeRef;          # a node of the graph `exec` was instantiated from
+  params @2 :KernelNodeParams;
+}
+
+struct GraphCreate {
+  graph @0 :UInt64;
+  device @1 :UInt32;
+}
+
+struct AddKernelNode {
+  # Reply.value: the new node's id.
+  graph @0 :UInt64;
+  dependencies @1 :List(UInt32);  # node ids of the same graph
+  params @2 :KernelNodeParams;
+}
+
+struct AddMemcpyNode {
+  # Device to device only: `height` rows of `width` bytes. Reply.value: the new node's id.
+  graph @0 :UInt64;
+  dependencies @1 :List(UInt32);
+  dst @2 :UInt64;
+  src @3 :UInt64;
+  width @4 :UInt64;
+  height @5 :UInt64;
+  dstPitch @6 :UInt64;            # 0: packed
+  srcPitch @7 :UInt64;
+}
+
+struct AddDependencies {
+  graph @0 :UInt64;
+  from @1 :List(UInt32);          # edge i goes from from[i] to to[i]
+  to @2 :List(UInt32);
+}
+
+struct GraphReply {
+  union {
+    nodeTypes @0 :List(UInt8);    # graphGetNodes: CUgraphNodeType of node id i + 1
+    kernelNode @1 :KernelNodeParams;
+  }
+}

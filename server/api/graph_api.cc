@@ -1,0 +1,449 @@
+// CUDA graphs: stream capture on the tenant's own streams, the graphs it yields (or that the
+// client builds node by node) and their executable instances, all by the client's ids in the
+// tenant's GraphTable (session/graph_table.h), so a tenant can name only its own.
+//
+// Capture mode. tallyd begins every capture with CU_STREAM_CAPTURE_MODE_RELAXED, whatever the
+// application asked for. A mode is about threads: under GLOBAL the driver refuses "potentially
+// unsafe" calls (cuMemAlloc, ...) of every other thread of the process while the capture is
+// open, and in tallyd those are the session threads of all the other tenants; THREAD_LOCAL would
+// still restrict this tenant's own session thread, which must keep allocating from pools and
+// freeing on its private streams. The application's rules concern the application's threads,
+// which only the client sees, so the client enforces them (client/runtime/capture_table.h:
+// cudaMalloc in a global-mode capture gets cudaErrorStreamCaptureUnsupported there). What no mode
+// allows is refused here too, because tallyd itself must never wait for captured work: a sync or
+// query of a capturing stream, a copy through pinned staging, a host callback, a completion
+// watch (captureConflict), and the legacy default stream while a blocking stream captures
+// (legacyStreamConflict). Each refusal invalidates the capture, as natively.
+//
+// While a stream captures, every forwarded stream-ordered call lands in the driver's capture:
+// kernel launches (the original kernel: launch_api.cc bypasses the scheduler), copies and
+// memsets between device memory and shared host memory, event records and waits (forks and
+// joins: other streams join the capture through the driver), graph launches (child graphs).
+// The scheduler sees a graph when it is launched (Policy::launchGraph), as one unit.
+#include "server/api/call_context.h"
+#include "server/api/request_checks.h"
+
+#include <capnp/dynamic.h>
+#include <capnp/schema.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+namespace tally::server::api {
+
+namespace {
+
+// Reply.graph is @20 of envelope.capnp, after the members @12..@19 another change adds; Cap'n
+// Proto allows no gap in ordinals, so it is reached by name: this file builds whichever is in
+// the schema yet, and the two calls that answer through it say NOT_SUPPORTED until it is.
+// (Once it is there for good: reply.initGraph().)
+kj::Maybe<capnp::StructSchema::Field> graphReplyField() {
+  return capnp::Schema::from<wire::Reply>().findFieldByName("graph");
+}
+
+wire::GraphReply::Builder initGraphReply(wire::Reply::Builder reply, capnp::StructSchema::Field field) {
+  return capnp::toDynamic(reply).init(field).as<wire::GraphReply>();
+}
+
+// The driver's view of a kernel node built from the wire: parameter pointers into the message,
+// which the driver copies when it takes the parameters.
+struct DriverKernelParams {
+  CUDA_KERNEL_NODE_PARAMS node{};
+  std::vector<void*> pointers;
+};
+
+// Kernel node parameters naming one of the tenant's functions on `g`, laid out by its offsets.
+CUresult toDriver(CallContext& ctx, const gpu::Gpu* g, wire::KernelNodeParams::Reader in, DriverKernelParams& out) {
+  session::FunctionState* f = ctx.tenant().modules().function(in.getFunction());
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (f->gpu != g) return CUDA_ERROR_INVALID_VALUE;
+  auto buffer = in.getParams();
+  if (buffer.size() != f->paramBytes) return CUDA_ERROR_INVALID_VALUE;
+  out.pointers.resize(f->params.size());
+  for (size_t i = 0; i < f->params.size(); ++i) {
+    out.pointers[i] = const_cast<uint8_t*>(buffer.begin()) + f->params[i].first;
+  }
+  out.node.func = f->function;
+  out.node.gridDimX = in.getGrid().getX();
+  out.node.gridDimY = in.getGrid().getY();
+  out.node.gridDimZ = in.getGrid().getZ();
+  out.node.blockDimX = in.getBlock().getX();
+  out.node.blockDimY = in.getBlock().getY();
+  out.node.blockDimZ = in.getBlock().getZ();
+  out.node.sharedMemBytes = in.getSharedMem();
+  out.node.kernelParams = out.pointers.data();
+  return CUDA_SUCCESS;
+}
+
+// A kernel node's parameter bytes as the client packs them: by the function's offsets, from the
+// driver's per-parameter copies (or its one buffer, for a node given `extra`).
+std::vector<uint8_t> parameterBytes(const session::FunctionState& f, const CUDA_KERNEL_NODE_PARAMS& p) {
+  std::vector<uint8_t> bytes(f.paramBytes);
+  if (p.kernelParams != nullptr) {
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      auto [offset, size] = f.params[i];
+      if (p.kernelParams[i] != nullptr) std::memcpy(bytes.data() + offset, p.kernelParams[i], size);
+    }
+    return bytes;
+  }
+  for (void** e = p.extra; e != nullptr && *e != CU_LAUNCH_PARAM_END; e += 2) {
+    if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER && e[1] != nullptr) std::memcpy(bytes.data(), e[1], bytes.size());
+  }
+  return bytes;
+}
+
+void fillKernelNode(wire::KernelNodeParams::Builder out, uint64_t function, const CUDA_KERNEL_NODE_PARAMS& p,
+                    const std::vector<uint8_t>& params) {
+  out.setFunction(function);
+  auto grid = out.initGrid();
+  grid.setX(p.gridDimX);
+  grid.setY(p.gridDimY);
+  grid.setZ(p.gridDimZ);
+  auto block = out.initBlock();
+  block.setX(p.blockDimX);
+  block.setY(p.blockDimY);
+  block.setZ(p.blockDimZ);
+  out.setSharedMem(p.sharedMemBytes);
+  out.setParams(kj::arrayPtr(params.data(), params.size()));
+}
+
+// The nodes `ids` name in `g` (dependencies, edges); false if one is not a node of it.
+bool resolveNodes(session::GraphTable& graphs, session::GraphState& g, capnp::List<uint32_t>::Reader ids,
+                  std::vector<CUgraphNode>& out) {
+  out.reserve(ids.size());
+  for (uint32_t id : ids) {
+    CUgraphNode n = graphs.node(g, id);
+    if (n == nullptr) return false;
+    out.push_back(n);
+  }
+  return true;
+}
+
+// Answers a node just added to `g` with its id (the next one).
+void finishAdded(CallContext& ctx, session::GraphState& g, CUresult r, CUgraphNode node) {
+  if (r != CUDA_SUCCESS) return ctx.finish(r);
+  g.nodes.push_back(node);
+  uint64_t id = g.nodes.size();
+  ctx.finish(CUDA_SUCCESS, [id](wire::Reply::Builder reply) { reply.setValue(id); });
+}
+
+// --- capture -----------------------------------------------------------------------------
+
+void beginCapture(CallContext& ctx, wire::BeginCapture::Reader args) {
+  session::Tenant& t = ctx.tenant();
+  session::StreamState* s = t.streams().stream(args.getStream());
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  if (args.getMode() > CU_STREAM_CAPTURE_MODE_RELAXED) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  // As natively: the legacy default stream synchronizes with every blocking stream.
+  if (s->legacyDefault) return ctx.finish(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (t.streams().capturing(*s)) return ctx.finish(CUDA_ERROR_ILLEGAL_STATE);
+  s->gpu->makeCurrent();
+  t.streams().markCaptureStart(*s);
+  if (CUresult r = cuStreamBeginCapture(s->stream, CU_STREAM_CAPTURE_MODE_RELAXED); r != CUDA_SUCCESS) {
+    return ctx.finish(r);
+  }
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  cuStreamGetCaptureInfo(s->stream, &status, &id, nullptr, nullptr, nullptr, nullptr);
+  t.graphs().addCapture(s->id, session::CaptureState{s->gpu, s->stream, id, false});
+  ctx.finish(CUDA_SUCCESS, [id](wire::Reply::Builder reply) { reply.setValue(id); });
+}
+
+void endCapture(CallContext& ctx, wire::EndCapture::Reader args) {
+  session::Tenant& t = ctx.tenant();
+  session::StreamState* s = t.streams().stream(args.getStream());
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  if (t.graphs().capture(s->id) == nullptr) {
+    // A stream that joined another stream's capture, or one that does not capture at all.
+    return ctx.finish(t.streams().capturing(*s) ? CUDA_ERROR_STREAM_CAPTURE_UNMATCHED : CUDA_ERROR_ILLEGAL_STATE);
+  }
+  CUresult admitted = t.graphs().admitGraph(args.getGraph());
+  s->gpu->makeCurrent();
+  CUgraph graph = nullptr;
+  CUresult r = cuStreamEndCapture(s->stream, &graph);
+  bool invalidated = t.graphs().takeCapture(s->id)->invalidated || args.getInvalidated();
+  if (r == CUDA_SUCCESS && invalidated) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (r == CUDA_SUCCESS) r = admitted;
+  if (r != CUDA_SUCCESS) {
+    if (graph != nullptr) cuGraphDestroy(graph);
+    return ctx.finish(r);
+  }
+  t.graphs().insertGraph(args.getGraph(), session::GraphState{s->gpu, graph, {}, false});
+  ctx.finish(CUDA_SUCCESS);
+}
+
+// --- executable graphs ----------------------------------------------------------------------
+
+void instantiate(CallContext& ctx, wire::GraphInstantiate::Reader args) {
+  session::GraphTable& graphs = ctx.tenant().graphs();
+  session::GraphState* g = graphs.graph(args.getGraph());
+  if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (CUresult r = graphs.admitExec(args.getExec()); r != CUDA_SUCCESS) return ctx.finish(r);
+  g->gpu->makeCurrent();
+  CUgraphExec exec = nullptr;
+  CUresult r = cuGraphInstantiateWithFlags(&exec, g->graph, args.getFlags());
+  if (r == CUDA_SUCCESS) graphs.insertExec(args.getExec(), session::GraphExecState{g->gpu, exec, args.getGraph()});
+  ctx.finish(r);
+}
+
+// The executable graph and the stream of a launch or upload, ordered for new work; nullptr after
+// answering the call's error.
+session::StreamState* launchStream(CallContext& ctx, wire::GraphLaunch::Reader args, session::GraphExecState*& e) {
+  e = ctx.tenant().graphs().exec(args.getExec());
+  if (e == nullptr) {
+    ctx.finish(CUDA_ERROR_INVALID_VALUE);
+    return nullptr;
+  }
+  session::StreamState* s = streamForWork(ctx, args.getStream());
+  if (s == nullptr || s->gpu != e->gpu) {
+    ctx.finish(s == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE);
+    return nullptr;
+  }
+  return s;
+}
+
+void launchGraph(CallContext& ctx, wire::GraphLaunch::Reader args) {
+  session::GraphExecState* e = nullptr;
+  session::StreamState* s = launchStream(ctx, args, e);
+  if (s == nullptr) return;
+  scheduler::Policy* policy = ctx.services().policy;
+  // Into a capturing stream the graph becomes a child graph of that capture: nothing runs yet.
+  if (policy == nullptr || ctx.tenant().streams().capturing(*s)) return ctx.finish(cuGraphLaunch(e->exec, s->stream));
+  scheduler::GraphLaunch g;
+  g.tenant = ctx.tenant().id();
+  g.highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
+  g.mustNotHold = ctx.tenant().awaitsHostFuncs();
+  g.streamId = s->id;
+  g.gpu = s->gpu;
+  g.stream = s->stream;
+  g.exec = e->exec;
+  g.held = &ctx.tenant().counters().held;
+  ctx.finish(policy->launchGraph(g));
+}
+
+void uploadGraph(CallContext& ctx, wire::GraphLaunch::Reader args) {
+  session::GraphExecState* e = nullptr;
+  session::StreamState* s = launchStream(ctx, args, e);
+  if (s == nullptr) return;
+  ctx.finish(cuGraphUpload(e->exec, s->stream));
+}
+
+// Destroying a graph leaves its executable graphs working; an executable graph still running
+// is freed by the driver once it completes.
+void destroyGraph(CallContext& ctx, uint64_t id) {
+  std::optional<session::GraphState> g = ctx.tenant().graphs().takeGraph(id);
+  if (!g) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  g->gpu->makeCurrent();
+  ctx.finish(cuGraphDestroy(g->graph));
+}
+
+void destroyExec(CallContext& ctx, uint64_t id) {
+  std::optional<session::GraphExecState> e = ctx.tenant().graphs().takeExec(id);
+  if (!e) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  e->gpu->makeCurrent();
+  ctx.finish(cuGraphExecDestroy(e->exec));
+}
+
+// --- nodes ---------------------------------------------------------------------------------
+
+void getNodes(CallContext& ctx, uint64_t id) {
+  session::GraphTable& graphs = ctx.tenant().graphs();
+  session::GraphState* g = graphs.graph(id);
+  if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  g->gpu->makeCurrent();
+  if (CUresult r = graphs.listNodes(*g); r != CUDA_SUCCESS) return ctx.finish(r);
+  std::vector<uint8_t> types(g->nodes.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (CUresult r = cuGraphNodeGetType(g->nodes[i], &type); r != CUDA_SUCCESS) return ctx.finish(r);
+    types[i] = static_cast<uint8_t>(type);
+  }
+  KJ_IF_MAYBE (field, graphReplyField()) {
+    ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+      auto list = initGraphReply(reply, *field).initNodeTypes(static_cast<unsigned>(types.size()));
+      for (unsigned i = 0; i < types.size(); ++i) list.set(i, types[i]);
+    });
+    return;
+  }
+  ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+// A kernel node of one of the tenant's graphs, or nullptr (INVALID_VALUE, as natively for a
+// node of another kind).
+CUgraphNode kernelNode(CallContext& ctx, wire::GraphNodeRef::Reader ref, session::GraphState*& g) {
+  g = ctx.tenant().graphs().graph(ref.getGraph());
+  if (g == nullptr) return nullptr;
+  g->gpu->makeCurrent();
+  CUgraphNode node = ctx.tenant().graphs().node(*g, ref.getNode());
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  if (node == nullptr || cuGraphNodeGetType(node, &type) != CUDA_SUCCESS) return nullptr;
+  return type == CU_GRAPH_NODE_TYPE_KERNEL ? node : nullptr;
+}
+
+void getKernelNodeParams(CallContext& ctx, wire::GraphNodeRef::Reader args) {
+  session::GraphState* g = nullptr;
+  CUgraphNode node = kernelNode(ctx, args, g);
+  if (node == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  CUDA_KERNEL_NODE_PARAMS p{};
+  if (CUresult r = cuGraphKernelNodeGetParams(node, &p); r != CUDA_SUCCESS) return ctx.finish(r);
+  // The node names a driver function; the client knows it by the tenant's handle only.
+  uint64_t function = ctx.tenant().modules().functionIdOf(p.func);
+  session::FunctionState* f = ctx.tenant().modules().function(function);
+  std::vector<uint8_t> params = f != nullptr ? parameterBytes(*f, p) : std::vector<uint8_t>{};
+  KJ_IF_MAYBE (field, graphReplyField()) {
+    ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+      fillKernelNode(initGraphReply(reply, *field).initKernelNode(), function, p, params);
+    });
+    return;
+  }
+  ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
+}
+
+// In the graph (exec 0), or in an executable graph instantiated from the node's graph.
+void setKernelNodeParams(CallContext& ctx, wire::KernelNodeSetParams::Reader args) {
+  session::GraphExecState* e = nullptr;
+  if (args.getExec() != 0) {
+    e = ctx.tenant().graphs().exec(args.getExec());
+    if (e == nullptr || e->graph != args.getNode().getGraph()) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  }
+  session::GraphState* g = nullptr;
+  CUgraphNode node = kernelNode(ctx, args.getNode(), g);
+  if (node == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  DriverKernelParams p;
+  if (CUresult r = toDriver(ctx, g->gpu, args.getParams(), p); r != CUDA_SUCCESS) return ctx.finish(r);
+  ctx.finish(e != nullptr ? cuGraphExecKernelNodeSetParams(e->exec, node, &p.node)
+                          : cuGraphKernelNodeSetParams(node, &p.node));
+}
+
+// --- explicit construction ---------------------------------------------------------------------
+
+void createGraph(CallContext& ctx, wire::GraphCreate::Reader args) {
+  gpu::Gpu* g = ctx.tenant().gpu(args.getDevice());
+  if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_DEVICE);
+  if (CUresult r = ctx.tenant().graphs().admitGraph(args.getGraph()); r != CUDA_SUCCESS) return ctx.finish(r);
+  g->makeCurrent();
+  CUgraph graph = nullptr;
+  CUresult r = cuGraphCreate(&graph, 0);
+  if (r == CUDA_SUCCESS) ctx.tenant().graphs().insertGraph(args.getGraph(), session::GraphState{g, graph, {}, true});
+  ctx.finish(r);
+}
+
+// The graph a node is added to, its nodes listed (ids of added nodes follow the listed ones),
+// and the dependencies; nullptr after answering the call's error.
+session::GraphState* graphToExtend(CallContext& ctx, uint64_t id, capnp::List<uint32_t>::Reader dependencies,
+                                   std::vector<CUgraphNode>& nodes) {
+  session::GraphTable& graphs = ctx.tenant().graphs();
+  session::GraphState* g = graphs.graph(id);
+  if (g == nullptr) {
+    ctx.finish(CUDA_ERROR_INVALID_VALUE);
+    return nullptr;
+  }
+  g->gpu->makeCurrent();
+  if (CUresult r = graphs.listNodes(*g); r != CUDA_SUCCESS) {
+    ctx.finish(r);
+    return nullptr;
+  }
+  if (!resolveNodes(graphs, *g, dependencies, nodes)) {
+    ctx.finish(CUDA_ERROR_INVALID_VALUE);
+    return nullptr;
+  }
+  return g;
+}
+
+void addKernelNode(CallContext& ctx, wire::AddKernelNode::Reader args) {
+  std::vector<CUgraphNode> dependencies;
+  session::GraphState* g = graphToExtend(ctx, args.getGraph(), args.getDependencies(), dependencies);
+  if (g == nullptr) return;
+  DriverKernelParams p;
+  if (CUresult r = toDriver(ctx, g->gpu, args.getParams(), p); r != CUDA_SUCCESS) return ctx.finish(r);
+  CUgraphNode node = nullptr;
+  CUresult r = cuGraphAddKernelNode(&node, g->graph, dependencies.data(), dependencies.size(), &p.node);
+  finishAdded(ctx, *g, r, node);
+}
+
+// Device to device within the tenant's memory on the graph's GPU, checked as a copy call is.
+void addMemcpyNode(CallContext& ctx, wire::AddMemcpyNode::Reader args) {
+  std::vector<CUgraphNode> dependencies;
+  session::GraphState* g = graphToExtend(ctx, args.getGraph(), args.getDependencies(), dependencies);
+  if (g == nullptr) return;
+  uint64_t height = std::max<uint64_t>(args.getHeight(), 1);
+  PitchedRegion src{args.getWidth(), height, pitchOr(args.getSrcPitch(), args.getWidth())};
+  PitchedRegion dst{args.getWidth(), height, pitchOr(args.getDstPitch(), args.getWidth())};
+  std::optional<uint64_t> srcExtent = regionExtent(src), dstExtent = regionExtent(dst);
+  const session::MemoryTable& memory = ctx.tenant().memory();
+  if (args.getWidth() == 0 || !srcExtent || !dstExtent || memory.ownerOf(args.getSrc(), *srcExtent) != g->gpu ||
+      memory.ownerOf(args.getDst(), *dstExtent) != g->gpu) {
+    return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  }
+  CUDA_MEMCPY3D p{};
+  p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.srcDevice = args.getSrc();
+  p.srcPitch = src.pitch;
+  p.srcHeight = height;
+  p.dstDevice = args.getDst();
+  p.dstPitch = dst.pitch;
+  p.dstHeight = height;
+  p.WidthInBytes = args.getWidth();
+  p.Height = height;
+  p.Depth = 1;
+  CUgraphNode node = nullptr;
+  CUresult r = cuGraphAddMemcpyNode(&node, g->graph, dependencies.data(), dependencies.size(), &p, g->gpu->context());
+  finishAdded(ctx, *g, r, node);
+}
+
+void addDependencies(CallContext& ctx, wire::AddDependencies::Reader args) {
+  std::vector<CUgraphNode> from, to;
+  session::GraphState* g = graphToExtend(ctx, args.getGraph(), args.getFrom(), from);
+  if (g == nullptr) return;
+  if (!resolveNodes(ctx.tenant().graphs(), *g, args.getTo(), to) || from.size() != to.size()) {
+    return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  }
+  ctx.finish(cuGraphAddDependencies(g->graph, from.data(), to.data(), nullptr, from.size()));
+}
+
+}  // namespace
+
+// --- capture conflicts (call_context.h) ----------------------------------------------------------
+
+CUresult captureConflict(CallContext& ctx, CUstream stream) {
+  session::Tenant& t = ctx.tenant();
+  if (!t.streams().capturing(stream)) return CUDA_SUCCESS;
+  t.graphs().invalidateCaptureOf(stream);
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+CUresult legacyStreamConflict(CallContext& ctx, session::StreamState& s) {
+  session::Tenant& t = ctx.tenant();
+  std::vector<session::StreamState*> capturing = t.streams().capturingBlockingStreams(s.gpu);
+  for (session::StreamState* c : capturing) t.graphs().invalidateCaptureOf(c->stream);
+  if (capturing.empty()) return CUDA_SUCCESS;
+  spdlog::debug("tenant {} ({}): legacy default stream used while {} blocking stream(s) capture", t.id(), t.name(),
+                capturing.size());
+  return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+}
+
+void handleGraph(CallContext& ctx, wire::Call::Reader call) {
+  using W = wire::Call;
+  switch (call.which()) {
+    case W::STREAM_BEGIN_CAPTURE: return beginCapture(ctx, call.getStreamBeginCapture());
+    case W::STREAM_END_CAPTURE: return endCapture(ctx, call.getStreamEndCapture());
+    case W::GRAPH_INSTANTIATE: return instantiate(ctx, call.getGraphInstantiate());
+    case W::GRAPH_LAUNCH: return launchGraph(ctx, call.getGraphLaunch());
+    case W::GRAPH_UPLOAD: return uploadGraph(ctx, call.getGraphUpload());
+    case W::GRAPH_DESTROY: return destroyGraph(ctx, call.getGraphDestroy().getGraph());
+    case W::GRAPH_EXEC_DESTROY: return destroyExec(ctx, call.getGraphExecDestroy().getExec());
+    case W::GRAPH_GET_NODES: return getNodes(ctx, call.getGraphGetNodes().getGraph());
+    case W::GRAPH_KERNEL_NODE_GET_PARAMS: return getKernelNodeParams(ctx, call.getGraphKernelNodeGetParams());
+    case W::GRAPH_KERNEL_NODE_SET_PARAMS: return setKernelNodeParams(ctx, call.getGraphKernelNodeSetParams());
+    case W::GRAPH_CREATE: return createGraph(ctx, call.getGraphCreate());
+    case W::GRAPH_ADD_KERNEL_NODE: return addKernelNode(ctx, call.getGraphAddKernelNode());
+    case W::GRAPH_ADD_MEMCPY_NODE: return addMemcpyNode(ctx, call.getGraphAddMemcpyNode());
+    case W::GRAPH_ADD_DEPENDENCIES: return addDependencies(ctx, call.getGraphAddDependencies());
+    default: return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
+  }
+}
+
+}  // namespace tally::server::api
