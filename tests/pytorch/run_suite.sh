@@ -220,8 +220,8 @@ evaluate() {
   record FAIL "$case" "$transport" "$secs" "$why"
   tail -n +2 <<<"$verdict" | head -n 20 | indent
   if [[ -s $base.err ]]; then
-    say "    stderr (last 12 lines of $base.err):"
-    tail -n 12 "$base.err" | cut -c1-300 | indent
+    say "    stderr (last 12 lines of $base.err, C++ stack frames left out):"
+    grep -v -E '^(frame #|<omitting python frames>|[[:space:]]*$)' "$base.err" | tail -n 12 | cut -c1-300 | indent
   fi
   return "$code"
 }

@@ -122,9 +122,11 @@ def _drop_digests(x):
     return x
 
 
-def error_text(e, limit=600):
-    text = " ".join(str(e).split())
-    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+def error_text(e, limit=400):
+    """Type and first line of the message (PyTorch appends generic advice on later lines; the
+    full traceback goes to stderr)."""
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    text = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
