@@ -74,7 +74,7 @@ TALLY_API cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
 TALLY_API cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
   if (!HandleRegistry::get().remove(handle, kFamily)) return CUBLAS_STATUS_NOT_INITIALIZED;
   Call c(kFamily, "cublasDestroy_v2", functionId("cublasDestroy_v2"));
-  c.handle(handle);
+  c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
   return static_cast<cublasStatus_t>(c.run(true));
 }
 

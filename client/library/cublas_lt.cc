@@ -215,7 +215,7 @@ TALLY_API cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
 TALLY_API cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
   if (!HandleRegistry::get().remove(handle, kFamily)) return CUBLAS_STATUS_NOT_INITIALIZED;
   Call c(kFamily, "cublasLtDestroy", functionId("cublasLtDestroy"));
-  c.handle(handle);
+  c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
   return static_cast<cublasStatus_t>(c.run(true));
 }
 

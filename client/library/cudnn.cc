@@ -37,7 +37,7 @@ TALLY_API cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
 TALLY_API cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
   if (!HandleRegistry::get().remove(handle, kFamily)) return CUDNN_STATUS_BAD_PARAM;
   Call c(kFamily, "cudnnDestroy", functionId("cudnnDestroy"));
-  c.handle(handle);
+  c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
   return static_cast<cudnnStatus_t>(c.run(true));
 }
 

@@ -75,6 +75,15 @@ Call::Call(Family family, const char* name, uint32_t function) : family_(family)
 
 uint64_t Call::newObjectId() { return ClientRuntime::get().newHandleId(); }
 
+void Call::handle(const void* h) {
+  HandleRegistry& handles = HandleRegistry::get();
+  // cuBLAS documents that a cuBLAS handle also serves as a cuBLASLt handle.
+  bool known = handles.find(h, family_).has_value() ||
+               (family_ == Family::kCublasLt && handles.find(h, Family::kCublas).has_value());
+  if (!known) refuse(family_ == Family::kCudnn ? CUDNN_STATUS_BAD_PARAM : CUBLAS_STATUS_NOT_INITIALIZED);
+  args_.put(id(h));
+}
+
 void Call::stream(cudaStream_t s) {
   uint64_t id = rt().ready() == CUDA_SUCCESS ? rt().streamId(s) : 0;
   if (id == 0) refuse(invalidValueStatus(family_));

@@ -72,7 +72,9 @@ class Call {
   void value(const T& v) {
     args_.put(v);
   }
-  void handle(const void* h) { args_.put(id(h)); }
+  // A handle this client did not create (or destroyed) is refused here, with the status the
+  // library gives a bad handle, before anything is sent.
+  void handle(const void* h);
   void object(const void* o, uint32_t /*typeTag: checked by tallyd*/) { args_.put(id(o)); }
   // A descriptor created by this call: the id is chosen here and written to *out at once.
   template <typename T>

@@ -41,6 +41,9 @@ struct Config {
   // and run every launch as a random variant).
   std::string transform = "lazy";
   std::string cacheDir = "/var/cache/tally";  // compiled variants
+  // Where cuBLAS/cuBLASLt/cuDNN are looked for first (then the loader's search path); e.g. the
+  // lib directory of a PyTorch wheel's nvidia-cudnn package on a host without system cuDNN.
+  std::string libraryDir;
   uint64_t stressSeed = 0;                    // 0: a new seed per run
   scheduler::SchedulerConfig scheduler;       // policy and its knobs
 };

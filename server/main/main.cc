@@ -6,6 +6,7 @@
 #include "server/gpu/fault_monitor.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/module_store.h"
+#include "server/library/library_loader.h"
 #include "server/main/config.h"
 #include "server/main/flags.h"
 #include "server/main/restart.h"
@@ -204,6 +205,7 @@ int run(int argc, char** argv) {
   gpu::ModuleStore modules(config.moduleCacheBytes);
   // What the request handlers share, and what each session needs (session/ never sees api/).
   api::ApiServices apiServices;
+  library::setLibraryDirectory(config.libraryDir);
   session::SessionServices services;
   for (auto& g : gpus) services.gpus.push_back(g.get());
   apiServices.gpus = services.gpus;
