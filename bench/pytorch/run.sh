@@ -24,7 +24,7 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
-# shellcheck source=../../tests/pytorch/tally_lib.sh
+# shellcheck source-path=SCRIPTDIR source=../../tests/pytorch/tally_lib.sh
 source "$SRC/tests/pytorch/tally_lib.sh"
 
 [[ $# -eq 2 ]] || { sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
@@ -67,7 +67,7 @@ trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
 tl_libcuda_dir "$CLIENT_LIB" "$TMPD/libcuda"
 tl_setup_hide "$TMPD" "${TORCH_BENCH_NO_HIDE:-}"
 [[ -n $TL_HIDE_NOTE ]] && echo "run.sh: $TL_HIDE_NOTE" | tee -a "$LOG" >&2
-read -r -a TALLYD_EXTRA <<<"${TORCH_BENCH_TALLYD_ARGS:-}"
+read -r -a TALLYD_EXTRA <<<"$(tl_library_dir_args "${TORCH_BENCH_PYTHON:-python3}") ${TORCH_BENCH_TALLYD_ARGS:-}"
 
 # Client statistics (calls/bytes) only when the client library knows the variable.
 STATS=0

@@ -30,7 +30,7 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=tally_lib.sh
+# shellcheck source-path=SCRIPTDIR source=tally_lib.sh
 source "$HERE/tally_lib.sh"
 
 [[ $# -eq 1 ]] || { echo "usage: $0 <build dir>" >&2; exit 2; }
@@ -143,7 +143,7 @@ fi
 
 # ---------------------------------------------------------------- tallyd
 TALLYD_LOG=$RES/tallyd.log
-read -r -a TALLYD_EXTRA <<<"${PYTORCH_SUITE_TALLYD_ARGS:-}"
+read -r -a TALLYD_EXTRA <<<"$(tl_library_dir_args "$PY") ${PYTORCH_SUITE_TALLYD_ARGS:-}"
 tl_start_tallyd "$TALLYD" "$SOCK" "$TALLYD_LOG" "${TALLYD_EXTRA[@]}" 2>>"$LOG" || {
   tail -n 20 "$TALLYD_LOG" | indent
   fatal "tallyd did not start"

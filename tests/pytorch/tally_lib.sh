@@ -46,6 +46,17 @@ tl_tcp_listening() {
                          END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
+# tl_library_dir_args <python>: "--library-dir DIR" when the PyTorch wheel brings cuDNN (a GPU
+# host may have cuBLAS in the toolkit but no system cuDNN; tallyd runs the same cuDNN as the
+# client was built against), else nothing.
+tl_library_dir_args() {
+  local site lib
+  site=$(env -u LD_PRELOAD "$1" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null) || return 0
+  lib=$(find "$site" -name 'libcudnn.so.9' 2>/dev/null | head -n 1)
+  [[ -n $lib ]] && echo "--library-dir $(dirname "$lib")"
+  return 0
+}
+
 # tl_start_tallyd <tallyd> <socket path> <log file> [extra tallyd args...]
 # Listens on unix:<socket> and on a free port of 127.0.0.1 (TL_PORT); waits until both accept.
 tl_start_tallyd() {
