@@ -49,6 +49,7 @@ struct GraphHandle {
   uint32_t device = 0;
   std::mutex mutex;
   bool nodesKnown = false;                     // every node of tallyd's graph has a handle here
+  std::optional<size_t> countOnly;             // the node count, from a tallyd without Reply.graph
   std::map<uint32_t, GraphNodeHandle*> nodes;  // owned, by id (tallyd's order)
 };
 
@@ -239,6 +240,7 @@ CUresult learnNodes(GraphHandle& g) {
   if (g.nodesKnown) return CUDA_SUCCESS;
   ReplyMessage reply;
   CUresult r = rt().call([&](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(g.id); }, &reply);
+  if (r == CUDA_ERROR_NOT_SUPPORTED && reply.reply().isValue()) g.countOnly = reply.reply().getValue();
   if (r != CUDA_SUCCESS) return r;
   std::optional<wire::GraphReply::Reader> answer = graphReply(reply.reply());
   if (!answer || !answer->isNodeTypes()) return CUDA_ERROR_UNKNOWN;
@@ -255,7 +257,12 @@ CUresult getNodes(CUgraph graph, CUgraphNode* nodes, size_t* count, Api api) {
   GraphHandle* g = nullptr;
   if (CUresult r = checked(graph, HandleMagic::kGraph, api, g); r != CUDA_SUCCESS) return r;
   std::lock_guard lock(g->mutex);
-  if (CUresult r = learnNodes(*g); r != CUDA_SUCCESS) return r;
+  CUresult r = learnNodes(*g);
+  if (r != CUDA_SUCCESS && nodes == nullptr && g->countOnly) {
+    *count = *g->countOnly;  // the nodes themselves need Reply.graph; their number does not
+    return CUDA_SUCCESS;
+  }
+  if (r != CUDA_SUCCESS) return r;
   if (nodes == nullptr) {
     *count = g->nodes.size();
     return CUDA_SUCCESS;

@@ -4,6 +4,9 @@
 #include "client/api/api_util.h"
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 using namespace tally::client;
 
@@ -77,6 +80,19 @@ CUresult getFunction(FunctionHandle** out, ModuleHandle* module, const char* nam
   if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   return rt().functionOf(module, name, *out);
+}
+
+// cuModuleLoad / cuLibraryLoadFromFile (torch.compile's kernels are cubin files): the client
+// reads the file — the application's file system, not tallyd's — and loads its bytes. A PTX file
+// is text: the image must end with its NUL.
+CUresult loadModuleFile(ModuleHandle** out, const char* path) {
+  if (out == nullptr || path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::string image((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (image.empty()) return CUDA_ERROR_INVALID_IMAGE;
+  image.push_back('\0');
+  return loadModule(out, image.data());
 }
 
 ModuleHandle* asModule(const void* p) { return checkedHandle<ModuleHandle>(p, HandleMagic::kModule); }
@@ -197,6 +213,15 @@ TALLY_API CUresult cuModuleLoadFatBinary(CUmodule* module, const void* image) {
   return guardDriver(__func__, [&] { return loadModule(reinterpret_cast<ModuleHandle**>(module), image); });
 }
 
+// A preference the driver may ignore (as cudaFuncSetCacheConfig here): checked, not forwarded.
+TALLY_API CUresult cuFuncSetCacheConfig(CUfunction function, CUfunc_cache) {
+  return asFunction(function) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+TALLY_API CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  return guardDriver(__func__, [&] { return loadModuleFile(reinterpret_cast<ModuleHandle**>(module), fname); });
+}
+
 TALLY_API CUresult cuModuleUnload(CUmodule module) {
   return guardDriver(__func__, [&] {
     ModuleHandle* m = asModule(module);
@@ -233,6 +258,11 @@ TALLY_API CUresult cuModuleGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUmodule m
 TALLY_API CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
                                      CUlibraryOption*, void**, unsigned int) {
   return guardDriver(__func__, [&] { return loadModule(reinterpret_cast<ModuleHandle**>(library), code); });
+}
+
+TALLY_API CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*, void**, unsigned int,
+                                         CUlibraryOption*, void**, unsigned int) {
+  return guardDriver(__func__, [&] { return loadModuleFile(reinterpret_cast<ModuleHandle**>(library), fileName); });
 }
 
 TALLY_API CUresult cuLibraryUnload(CUlibrary library) { return cuModuleUnload(reinterpret_cast<CUmodule>(library)); }

@@ -268,7 +268,8 @@ void getNodes(CallContext& ctx, uint64_t id) {
     });
     return;
   }
-  ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
+  // Without Reply.graph the count still travels: what PyTorch asks after every capture.
+  ctx.finish(CUDA_ERROR_NOT_SUPPORTED, [&](wire::Reply::Builder reply) { reply.setValue(types.size()); });
 }
 
 // A kernel node of one of the tenant's graphs, or nullptr (INVALID_VALUE, as natively for a

@@ -357,6 +357,13 @@ TEST(GraphSession, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   for (int i = 0; i < 3; ++i) t.launchAdd(kStream, counter);
   EXPECT_EQ(t.read(counter), 0u);  // captured, not run (the legacy stream is free to use)
   ASSERT_EQ(t.endCapture(kStream, 100).status, CUDA_SUCCESS);
+  Answer nodes = t.call([](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(100); });
+  if (graphField()) {
+    EXPECT_EQ(nodes.nodeTypes, std::vector<uint8_t>(3, CU_GRAPH_NODE_TYPE_KERNEL));
+  } else {  // the count still travels (Reply.value)
+    EXPECT_EQ(nodes.status, CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(nodes.value, 3u);
+  }
   ASSERT_EQ(t.instantiate(100, 200).status, CUDA_SUCCESS);
   for (int i = 0; i < 10; ++i) t.launchGraph(200, kStream);
   EXPECT_EQ(t.read(counter), 30u);
