@@ -128,6 +128,7 @@ struct Reply {
     global @8 :Module.GlobalInfo;
     elapsedMs @9 :Float32;
     libraryOut @11 :Data;         # a library call's outputs, in parameter order
+    graph @12 :Graph.GraphReply;  # graphGetNodes, graphKernelNodeGetParams
   }
 }
 

@@ -13,7 +13,6 @@
 #include "client/runtime/arguments.h"
 #include "client/runtime/capture_table.h"
 
-#include <capnp/dynamic.h>
 #include <capnp/schema.h>
 
 #include <algorithm>
@@ -49,7 +48,6 @@ struct GraphHandle {
   uint32_t device = 0;
   std::mutex mutex;
   bool nodesKnown = false;                     // every node of tallyd's graph has a handle here
-  std::optional<size_t> countOnly;             // the node count, from a tallyd without Reply.graph
   std::map<uint32_t, GraphNodeHandle*> nodes;  // owned, by id (tallyd's order)
 };
 
@@ -60,18 +58,9 @@ struct GraphExecHandle {
   uint64_t graph = 0;  // id of the graph it was instantiated from: its nodes are the ones to set
 };
 
-// Reply.graph (envelope.capnp @20, after the members @12..@19 another change adds; Cap'n Proto
-// allows no gap in ordinals) is reached by name, so this file builds whichever is in the schema
-// yet; without it the two node queries that answer through it fail. (Once it is there for good:
-// reply.isGraph() / reply.getGraph().)
 std::optional<wire::GraphReply::Reader> graphReply(wire::Reply::Reader reply) {
-  KJ_IF_MAYBE (field, capnp::Schema::from<wire::Reply>().findFieldByName("graph")) {
-    capnp::DynamicStruct::Reader dynamic = capnp::toDynamic(reply);
-    KJ_IF_MAYBE (active, dynamic.which()) {
-      if (*active == *field) return dynamic.get(*field).as<wire::GraphReply>();
-    }
-  }
-  return std::nullopt;
+  if (!reply.isGraph()) return std::nullopt;
+  return reply.getGraph();
 }
 
 enum class Api { kRuntime, kDriver };
@@ -240,7 +229,6 @@ CUresult learnNodes(GraphHandle& g) {
   if (g.nodesKnown) return CUDA_SUCCESS;
   ReplyMessage reply;
   CUresult r = rt().call([&](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(g.id); }, &reply);
-  if (r == CUDA_ERROR_NOT_SUPPORTED && reply.reply().isValue()) g.countOnly = reply.reply().getValue();
   if (r != CUDA_SUCCESS) return r;
   std::optional<wire::GraphReply::Reader> answer = graphReply(reply.reply());
   if (!answer || !answer->isNodeTypes()) return CUDA_ERROR_UNKNOWN;
@@ -258,10 +246,6 @@ CUresult getNodes(CUgraph graph, CUgraphNode* nodes, size_t* count, Api api) {
   if (CUresult r = checked(graph, HandleMagic::kGraph, api, g); r != CUDA_SUCCESS) return r;
   std::lock_guard lock(g->mutex);
   CUresult r = learnNodes(*g);
-  if (r != CUDA_SUCCESS && nodes == nullptr && g->countOnly) {
-    *count = *g->countOnly;  // the nodes themselves need Reply.graph; their number does not
-    return CUDA_SUCCESS;
-  }
   if (r != CUDA_SUCCESS) return r;
   if (nodes == nullptr) {
     *count = g->nodes.size();

@@ -23,7 +23,6 @@
 #include "server/api/call_context.h"
 #include "server/api/request_checks.h"
 
-#include <capnp/dynamic.h>
 #include <capnp/schema.h>
 #include <spdlog/spdlog.h>
 
@@ -35,18 +34,6 @@
 namespace tally::server::api {
 
 namespace {
-
-// Reply.graph is @20 of envelope.capnp, after the members @12..@19 another change adds; Cap'n
-// Proto allows no gap in ordinals, so it is reached by name: this file builds whichever is in
-// the schema yet, and the two calls that answer through it say NOT_SUPPORTED until it is.
-// (Once it is there for good: reply.initGraph().)
-kj::Maybe<capnp::StructSchema::Field> graphReplyField() {
-  return capnp::Schema::from<wire::Reply>().findFieldByName("graph");
-}
-
-wire::GraphReply::Builder initGraphReply(wire::Reply::Builder reply, capnp::StructSchema::Field field) {
-  return capnp::toDynamic(reply).init(field).as<wire::GraphReply>();
-}
 
 // The driver's view of a kernel node built from the wire: parameter pointers into the message,
 // which the driver copies when it takes the parameters.
@@ -261,15 +248,10 @@ void getNodes(CallContext& ctx, uint64_t id) {
     if (CUresult r = cuGraphNodeGetType(g->nodes[i], &type); r != CUDA_SUCCESS) return ctx.finish(r);
     types[i] = static_cast<uint8_t>(type);
   }
-  KJ_IF_MAYBE (field, graphReplyField()) {
-    ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
-      auto list = initGraphReply(reply, *field).initNodeTypes(static_cast<unsigned>(types.size()));
-      for (unsigned i = 0; i < types.size(); ++i) list.set(i, types[i]);
-    });
-    return;
-  }
-  // Without Reply.graph the count still travels: what PyTorch asks after every capture.
-  ctx.finish(CUDA_ERROR_NOT_SUPPORTED, [&](wire::Reply::Builder reply) { reply.setValue(types.size()); });
+  ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+    auto list = reply.initGraph().initNodeTypes(static_cast<unsigned>(types.size()));
+    for (unsigned i = 0; i < types.size(); ++i) list.set(i, types[i]);
+  });
 }
 
 // A kernel node of one of the tenant's graphs, or nullptr (INVALID_VALUE, as natively for a
@@ -294,13 +276,9 @@ void getKernelNodeParams(CallContext& ctx, wire::GraphNodeRef::Reader args) {
   uint64_t function = ctx.tenant().modules().functionIdOf(p.func);
   session::FunctionState* f = ctx.tenant().modules().function(function);
   std::vector<uint8_t> params = f != nullptr ? parameterBytes(*f, p) : std::vector<uint8_t>{};
-  KJ_IF_MAYBE (field, graphReplyField()) {
-    ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
-      fillKernelNode(initGraphReply(reply, *field).initKernelNode(), function, p, params);
-    });
-    return;
-  }
-  ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
+  ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+    fillKernelNode(reply.initGraph().initKernelNode(), function, p, params);
+  });
 }
 
 // In the graph (exec 0), or in an executable graph instantiated from the node's graph.

@@ -15,7 +15,6 @@
 #include "server/scheduler/passthrough_policy.h"
 #include "server/session/session.h"
 
-#include <capnp/dynamic.h>
 #include <capnp/message.h>
 #include <capnp/schema.h>
 #include <dlfcn.h>
@@ -111,12 +110,6 @@ size_t liveGraphs() {
     return reinterpret_cast<size_t (*)()>(symbol);
   }();
   return count();
-}
-
-// Reply.graph (envelope.capnp @20) by name, as client and server reach it (graph_api.cc).
-std::optional<capnp::StructSchema::Field> graphField() {
-  KJ_IF_MAYBE (field, capnp::Schema::from<wire::Reply>().findFieldByName("graph")) { return *field; }
-  return std::nullopt;
 }
 
 struct Answer {
@@ -321,18 +314,14 @@ class Tenant {
     a.status = static_cast<CUresult>(reply.getStatus());
     a.deferred = static_cast<CUresult>(reply.getDeferredStatus());
     if (reply.isValue()) a.value = reply.getValue();
-    std::optional<capnp::StructSchema::Field> field = graphField();
-    capnp::DynamicStruct::Reader dynamic = capnp::toDynamic(reply);
-    KJ_IF_MAYBE (active, dynamic.which()) {
-      if (field && *active == *field) {
-        auto graph = dynamic.get(*field).as<wire::GraphReply>();
-        if (graph.isNodeTypes()) {
-          for (uint8_t t : graph.getNodeTypes()) a.nodeTypes.push_back(t);
-        } else if (graph.isKernelNode()) {
-          a.nodeFunction = graph.getKernelNode().getFunction();
-          auto params = graph.getKernelNode().getParams();
-          a.nodeParams.assign(params.begin(), params.end());
-        }
+    if (reply.isGraph()) {
+      auto graph = reply.getGraph();
+      if (graph.isNodeTypes()) {
+        for (uint8_t t : graph.getNodeTypes()) a.nodeTypes.push_back(t);
+      } else if (graph.isKernelNode()) {
+        a.nodeFunction = graph.getKernelNode().getFunction();
+        auto params = graph.getKernelNode().getParams();
+        a.nodeParams.assign(params.begin(), params.end());
       }
     }
     return a;
@@ -358,12 +347,8 @@ TEST(GraphSession, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   EXPECT_EQ(t.read(counter), 0u);  // captured, not run (the legacy stream is free to use)
   ASSERT_EQ(t.endCapture(kStream, 100).status, CUDA_SUCCESS);
   Answer nodes = t.call([](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(100); });
-  if (graphField()) {
-    EXPECT_EQ(nodes.nodeTypes, std::vector<uint8_t>(3, CU_GRAPH_NODE_TYPE_KERNEL));
-  } else {  // the count still travels (Reply.value)
-    EXPECT_EQ(nodes.status, CUDA_ERROR_NOT_SUPPORTED);
-    EXPECT_EQ(nodes.value, 3u);
-  }
+  EXPECT_EQ(nodes.status, CUDA_SUCCESS);
+  EXPECT_EQ(nodes.nodeTypes, std::vector<uint8_t>(3, CU_GRAPH_NODE_TYPE_KERNEL));
   ASSERT_EQ(t.instantiate(100, 200).status, CUDA_SUCCESS);
   for (int i = 0; i < 10; ++i) t.launchGraph(200, kStream);
   EXPECT_EQ(t.read(counter), 30u);
@@ -374,7 +359,6 @@ TEST(GraphSession, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
 }
 
 TEST(GraphSession, NodesAndKernelParametersByTheTenantsIds) {
-  if (!graphField()) GTEST_SKIP() << "envelope.capnp has no Reply.graph (@20) yet";
   Tenant t(server());
   uint64_t counter = t.prepare();
   ASSERT_EQ(t.beginCapture(kStream).status, CUDA_SUCCESS);
@@ -669,9 +653,7 @@ TEST(GraphSession, HighPriorityAndBestEffortTenantsCaptureUnderThePriorityPolicy
     ASSERT_EQ(ended.status, CUDA_SUCCESS);
     EXPECT_EQ(ended.deferred, CUDA_SUCCESS);
     Answer nodes = t->call([](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(100); });
-    if (graphField()) {
-      EXPECT_EQ(nodes.nodeTypes.size(), 3u);  // two kernels and the memset, nothing of the scheduler's
-    }
+    EXPECT_EQ(nodes.nodeTypes.size(), 3u);  // two kernels and the memset, nothing of the scheduler's
     ASSERT_EQ(t->instantiate(100, 200).status, CUDA_SUCCESS);
     for (int i = 0; i < 5; ++i) t->launchGraph(200, kStream);
     EXPECT_EQ(t->synchronize(kStream).status, CUDA_SUCCESS);
