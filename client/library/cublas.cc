@@ -57,50 +57,23 @@ cublasStatus_t getMode(cublasHandle_t handle, int HandleState::*field, T* out) {
 
 TALLY_API cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  if (ClientRuntime::get().ready() != CUDA_SUCCESS) return CUBLAS_STATUS_NOT_INITIALIZED;
-  uint64_t id = HandleRegistry::get().add(HandleState{kFamily});
-  Call c(kFamily, "cublasCreate_v2", functionId("cublasCreate_v2"));
-  c.value(id);
-  c.value(ClientRuntime::get().streamId(nullptr));
-  int status = c.run(false);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    HandleRegistry::get().remove(reinterpret_cast<void*>(id), kFamily);
-    return static_cast<cublasStatus_t>(status);
-  }
-  *handle = reinterpret_cast<cublasHandle_t>(id);
-  return CUBLAS_STATUS_SUCCESS;
+  uint64_t id = 0;
+  int status = createHandle(kFamily, "cublasCreate_v2", true, id);
+  if (status == 0) *handle = reinterpret_cast<cublasHandle_t>(id);
+  return static_cast<cublasStatus_t>(status);
 }
 
 TALLY_API cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
-  if (!HandleRegistry::get().remove(handle, kFamily)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Call c(kFamily, "cublasDestroy_v2", functionId("cublasDestroy_v2"));
-  c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
-  return static_cast<cublasStatus_t>(c.run(true));
+  return static_cast<cublasStatus_t>(destroyHandle(kFamily, "cublasDestroy_v2", handle, CUBLAS_STATUS_NOT_INITIALIZED));
 }
 
 TALLY_API cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
-  uint64_t id = ClientRuntime::get().streamId(stream);
-  if (id == 0) return CUBLAS_STATUS_INVALID_VALUE;
-  return updateHandle(
-      handle, "cublasSetStream_v2",
-      [&](HandleState& s) {
-        bool changed = s.sentStream != id;
-        s.stream = stream;
-        s.sentStream = id;
-        return changed;
-      },
-      [&](Call& c) {
-        c.handle(handle);
-        c.value(id);
-      });
+  return static_cast<cublasStatus_t>(
+      setHandleStream(kFamily, "cublasSetStream_v2", handle, stream, CUBLAS_STATUS_NOT_INITIALIZED));
 }
 
 TALLY_API cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
-  if (stream == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  auto s = HandleRegistry::get().find(handle, kFamily);
-  if (!s) return CUBLAS_STATUS_NOT_INITIALIZED;
-  *stream = s->stream;
-  return CUBLAS_STATUS_SUCCESS;
+  return static_cast<cublasStatus_t>(getHandleStream(kFamily, handle, stream, CUBLAS_STATUS_NOT_INITIALIZED));
 }
 
 TALLY_API cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t size) {

@@ -199,24 +199,14 @@ HeuristicCache& heuristicCache() {
 
 TALLY_API cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  if (ClientRuntime::get().ready() != CUDA_SUCCESS) return CUBLAS_STATUS_NOT_INITIALIZED;
-  uint64_t id = HandleRegistry::get().add(HandleState{kFamily});
-  Call c(kFamily, "cublasLtCreate", functionId("cublasLtCreate"));
-  c.value(id);
-  int status = c.run(false);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    HandleRegistry::get().remove(reinterpret_cast<void*>(id), kFamily);
-    return static_cast<cublasStatus_t>(status);
-  }
-  *handle = reinterpret_cast<cublasLtHandle_t>(id);
-  return CUBLAS_STATUS_SUCCESS;
+  uint64_t id = 0;
+  int status = createHandle(kFamily, "cublasLtCreate", false, id);
+  if (status == 0) *handle = reinterpret_cast<cublasLtHandle_t>(id);
+  return static_cast<cublasStatus_t>(status);
 }
 
 TALLY_API cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
-  if (!HandleRegistry::get().remove(handle, kFamily)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Call c(kFamily, "cublasLtDestroy", functionId("cublasLtDestroy"));
-  c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
-  return static_cast<cublasStatus_t>(c.run(true));
+  return static_cast<cublasStatus_t>(destroyHandle(kFamily, "cublasLtDestroy", handle, CUBLAS_STATUS_NOT_INITIALIZED));
 }
 
 TALLY_API size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }

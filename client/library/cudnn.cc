@@ -20,50 +20,22 @@ constexpr Family kFamily = Family::kCudnn;
 
 TALLY_API cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  if (ClientRuntime::get().ready() != CUDA_SUCCESS) return CUDNN_STATUS_NOT_INITIALIZED;
-  uint64_t id = HandleRegistry::get().add(HandleState{kFamily});
-  Call c(kFamily, "cudnnCreate", functionId("cudnnCreate"));
-  c.value(id);
-  c.value(ClientRuntime::get().streamId(nullptr));
-  int status = c.run(false);
-  if (status != CUDNN_STATUS_SUCCESS) {
-    HandleRegistry::get().remove(reinterpret_cast<void*>(id), kFamily);
-    return static_cast<cudnnStatus_t>(status);
-  }
-  *handle = reinterpret_cast<cudnnHandle_t>(id);
-  return CUDNN_STATUS_SUCCESS;
+  uint64_t id = 0;
+  int status = createHandle(kFamily, "cudnnCreate", true, id);
+  if (status == 0) *handle = reinterpret_cast<cudnnHandle_t>(id);
+  return static_cast<cudnnStatus_t>(status);
 }
 
 TALLY_API cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
-  if (!HandleRegistry::get().remove(handle, kFamily)) return CUDNN_STATUS_BAD_PARAM;
-  Call c(kFamily, "cudnnDestroy", functionId("cudnnDestroy"));
-  c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
-  return static_cast<cudnnStatus_t>(c.run(true));
+  return static_cast<cudnnStatus_t>(destroyHandle(kFamily, "cudnnDestroy", handle, CUDNN_STATUS_BAD_PARAM));
 }
 
 TALLY_API cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
-  uint64_t id = ClientRuntime::get().streamId(stream);
-  if (id == 0) return CUDNN_STATUS_BAD_PARAM;
-  bool changed = false;
-  bool known = HandleRegistry::get().update(handle, kFamily, [&](HandleState& s) {
-    changed = s.sentStream != id;
-    s.stream = stream;
-    s.sentStream = id;
-  });
-  if (!known) return CUDNN_STATUS_BAD_PARAM;
-  if (!changed) return CUDNN_STATUS_SUCCESS;
-  Call c(kFamily, "cudnnSetStream", functionId("cudnnSetStream"));
-  c.handle(handle);
-  c.value(id);
-  return static_cast<cudnnStatus_t>(c.run(true));
+  return static_cast<cudnnStatus_t>(setHandleStream(kFamily, "cudnnSetStream", handle, stream, CUDNN_STATUS_BAD_PARAM));
 }
 
 TALLY_API cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
-  if (stream == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  auto s = HandleRegistry::get().find(handle, kFamily);
-  if (!s) return CUDNN_STATUS_BAD_PARAM;
-  *stream = s->stream;
-  return CUDNN_STATUS_SUCCESS;
+  return static_cast<cudnnStatus_t>(getHandleStream(kFamily, handle, stream, CUDNN_STATUS_BAD_PARAM));
 }
 
 // The cuDNN this client was built against; tallyd runs the same major version (its calls use

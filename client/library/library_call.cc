@@ -192,4 +192,51 @@ int Call::run(bool oneWayAllowed) {
   return successStatus();
 }
 
+int createHandle(Family family, const char* name, bool withDefaultStream, uint64_t& out) {
+  if (rt().ready() != CUDA_SUCCESS) return notInitializedStatus(family);
+  uint64_t id = HandleRegistry::get().add(HandleState{family});
+  Call c(family, name, tally::library::functionId(name));
+  c.value(id);
+  if (withDefaultStream) c.value(rt().streamId(nullptr));
+  int status = c.run(false);
+  if (status != successStatus()) {
+    HandleRegistry::get().remove(reinterpret_cast<void*>(id), family);
+    return status;
+  }
+  out = id;
+  return status;
+}
+
+int destroyHandle(Family family, const char* name, const void* handle, int badHandle) {
+  if (!HandleRegistry::get().remove(handle, family)) return badHandle;
+  Call c(family, name, tally::library::functionId(name));
+  c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
+  return c.run(true);
+}
+
+int setHandleStream(Family family, const char* name, const void* handle, cudaStream_t stream, int badHandle) {
+  uint64_t id = rt().ready() == CUDA_SUCCESS ? rt().streamId(stream) : 0;
+  if (id == 0) return invalidValueStatus(family);
+  bool changed = false;
+  bool known = HandleRegistry::get().update(handle, family, [&](HandleState& s) {
+    changed = s.sentStream != id;
+    s.stream = stream;
+    s.sentStream = id;
+  });
+  if (!known) return badHandle;
+  if (!changed) return successStatus();
+  Call c(family, name, tally::library::functionId(name));
+  c.handle(handle);
+  c.value(id);
+  return c.run(true);
+}
+
+int getHandleStream(Family family, const void* handle, cudaStream_t* stream, int badHandle) {
+  if (stream == nullptr) return invalidValueStatus(family);
+  auto s = HandleRegistry::get().find(handle, family);
+  if (!s) return badHandle;
+  *stream = s->stream;
+  return successStatus();
+}
+
 }  // namespace tally::client::library

@@ -64,6 +64,19 @@ class HandleRegistry {
   std::unordered_map<uint64_t, HandleState> handles_;
 };
 
+// Creates a handle in tallyd (a round trip: the caller learns whether the library initialized)
+// under a fresh id, sent with the client's legacy default stream when `withDefaultStream` (the
+// handle's work goes there until set otherwise). The library's status; `out` = the id on success.
+int createHandle(Family family, const char* name, bool withDefaultStream, uint64_t& out);
+// Forgets the handle here and destroys it in tallyd (one-way); `badHandle` if it is not one.
+int destroyHandle(Family family, const char* name, const void* handle, int badHandle);
+
+// cublasSetStream / cudnnSetStream: mirrored, and sent (one-way) only when it changes — PyTorch
+// sets the stream before every call. `badHandle` if `handle` is not one of `family`'s.
+int setHandleStream(Family family, const char* name, const void* handle, cudaStream_t stream, int badHandle);
+// The stream the application set, as it named it.
+int getHandleStream(Family family, const void* handle, cudaStream_t* stream, int badHandle);
+
 class Call {
  public:
   Call(Family family, const char* name, uint32_t function);

@@ -15,55 +15,23 @@ Fn cublas(const char* name) {
   return resolve<Fn>(Library::kCublas, name);
 }
 
-void destroyHandle(void* h) {
+int createReal(void** h) {
+  static auto* fn = cublas<decltype(&::cublasCreate_v2)>("cublasCreate_v2");
+  return fn != nullptr ? fn(reinterpret_cast<cublasHandle_t*>(h)) : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+void destroyReal(void* h) {
   static auto* fn = cublas<decltype(&::cublasDestroy_v2)>("cublasDestroy_v2");
   if (fn != nullptr) fn(static_cast<cublasHandle_t>(h));
 }
-
-// A new handle works on the tenant's legacy default stream, never the context's NULL stream
-// (which every tenant shares).
-int create(LibraryCall& c) {
-  uint64_t id = c.readId();
-  uint64_t defaultStream = c.readId();
-  session::StreamState* s = c.resolveStream(defaultStream);
-  if (s == nullptr) c.refuse("no default stream");
-  if (id == 0 || c.tenant().libraryObjects().find(id, kCublasHandleType) != nullptr) c.refuse("handle id taken");
-  if (c.refused()) return c.refusal();
-  static auto* fn = cublas<decltype(&::cublasCreate_v2)>("cublasCreate_v2");
-  static auto* setStream = cublas<decltype(&::cublasSetStream_v2)>("cublasSetStream_v2");
-  if (fn == nullptr || setStream == nullptr) return c.missing();
-  cublasHandle_t h = nullptr;
-  if (cublasStatus_t st = fn(&h); st != CUBLAS_STATUS_SUCCESS) return st;
-  setStream(h, s->stream);
-  if (!c.tenant().libraryObjects().insert(id, {kCublasHandleType, h, &destroyHandle, &c.gpu(), defaultStream})) {
-    destroyHandle(h);
-    return CUBLAS_STATUS_ALLOC_FAILED;
-  }
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-int destroy(LibraryCall& c) {
-  uint64_t id = c.readId();
-  session::LibraryObject* h = c.tenant().libraryObjects().find(id, kCublasHandleType);
-  if (h == nullptr) c.refuse("not a handle of the tenant");
-  if (c.refused()) return c.refusal();
-  destroyHandle(h->object);
-  c.tenant().libraryObjects().erase(id);
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-int setStream(LibraryCall& c) {
-  uint64_t id = c.readId();
-  uint64_t streamId = c.readId();
-  session::LibraryObject* h = c.tenant().libraryObjects().find(id, kCublasHandleType);
-  session::StreamState* s = c.resolveStream(streamId);
-  if (h == nullptr || s == nullptr) c.refuse("unknown handle or stream");
-  if (c.refused()) return c.refusal();
+int bindStream(void* h, CUstream s) {
   static auto* fn = cublas<decltype(&::cublasSetStream_v2)>("cublasSetStream_v2");
-  if (fn == nullptr) return c.missing();
-  h->streamId = streamId;
-  return fn(static_cast<cublasHandle_t>(h->object), s->stream);
+  return fn != nullptr ? fn(static_cast<cublasHandle_t>(h), reinterpret_cast<cudaStream_t>(s)) : CUBLAS_STATUS_NOT_INITIALIZED;
 }
+constexpr HandleOps kHandle{kCublasHandleType, &createReal, &destroyReal, &bindStream, CUBLAS_STATUS_ALLOC_FAILED};
+
+int create(LibraryCall& c) { return createHandle(c, kHandle); }
+int destroy(LibraryCall& c) { return destroyHandle(c, kHandle); }
+int setStream(LibraryCall& c) { return setHandleStream(c, kHandle); }
 
 int setWorkspace(LibraryCall& c) {
   void* h = c.handle(kCublasHandleType);

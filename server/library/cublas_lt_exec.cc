@@ -158,35 +158,19 @@ cublasLtHandle_t ltHandle(LibraryCall& c) {
   return nullptr;
 }
 
-void destroyHandle(void* h) {
+int createReal(void** h) {
+  static auto* fn = lt<decltype(&::cublasLtCreate)>("cublasLtCreate");
+  return fn != nullptr ? fn(reinterpret_cast<cublasLtHandle_t*>(h)) : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+void destroyReal(void* h) {
   static auto* fn = lt<decltype(&::cublasLtDestroy)>("cublasLtDestroy");
   if (fn != nullptr) fn(static_cast<cublasLtHandle_t>(h));
 }
+// cuBLASLt handles have no stream: each matmul names its own.
+constexpr HandleOps kHandle{kCublasLtHandleType, &createReal, &destroyReal, nullptr, CUBLAS_STATUS_ALLOC_FAILED};
 
-int create(LibraryCall& c) {
-  uint64_t id = c.readId();
-  if (id == 0 || c.tenant().libraryObjects().find(id, kCublasLtHandleType) != nullptr) c.refuse("handle id taken");
-  if (c.refused()) return c.refusal();
-  static auto* fn = lt<decltype(&::cublasLtCreate)>("cublasLtCreate");
-  if (fn == nullptr) return c.missing();
-  cublasLtHandle_t h = nullptr;
-  if (cublasStatus_t st = fn(&h); st != CUBLAS_STATUS_SUCCESS) return st;
-  if (!c.tenant().libraryObjects().insert(id, {kCublasLtHandleType, h, &destroyHandle, &c.gpu(), 0})) {
-    destroyHandle(h);
-    return CUBLAS_STATUS_ALLOC_FAILED;
-  }
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-int destroy(LibraryCall& c) {
-  uint64_t id = c.readId();
-  session::LibraryObject* h = c.tenant().libraryObjects().find(id, kCublasLtHandleType);
-  if (h == nullptr) c.refuse("not a cuBLASLt handle of the tenant");
-  if (c.refused()) return c.refusal();
-  destroyHandle(h->object);
-  c.tenant().libraryObjects().erase(id);
-  return CUBLAS_STATUS_SUCCESS;
-}
+int create(LibraryCall& c) { return createHandle(c, kHandle); }
+int destroy(LibraryCall& c) { return destroyHandle(c, kHandle); }
 
 int heuristic(LibraryCall& c) {
   cublasLtHandle_t h = ltHandle(c);

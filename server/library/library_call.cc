@@ -198,6 +198,48 @@ std::string LibraryCall::outputBytes() const {
   return out;
 }
 
+// --- handles -----------------------------------------------------------------------------
+
+// A new handle works on the tenant's legacy default stream, never the context's NULL stream
+// (which every tenant shares).
+int createHandle(LibraryCall& c, const HandleOps& ops) {
+  uint64_t id = c.readId();
+  uint64_t defaultStream = ops.bindStream != nullptr ? c.readId() : 0;
+  session::StreamState* s = ops.bindStream != nullptr ? c.resolveStream(defaultStream) : nullptr;
+  if (ops.bindStream != nullptr && s == nullptr) c.refuse("no default stream");
+  if (id == 0 || c.tenant().libraryObjects().find(id, ops.type) != nullptr) c.refuse("handle id taken");
+  if (c.refused()) return c.refusal();
+  void* handle = nullptr;
+  if (int status = ops.create(&handle); status != 0) return status;
+  if (s != nullptr) ops.bindStream(handle, s->stream);
+  if (!c.tenant().libraryObjects().insert(id, {ops.type, handle, ops.destroy, &c.gpu(), defaultStream})) {
+    ops.destroy(handle);
+    return ops.allocFailed;
+  }
+  return 0;
+}
+
+int destroyHandle(LibraryCall& c, const HandleOps& ops) {
+  uint64_t id = c.readId();
+  session::LibraryObject* h = c.tenant().libraryObjects().find(id, ops.type);
+  if (h == nullptr) c.refuse(fmt::format("{:#x} is not a handle of the tenant", id));
+  if (c.refused()) return c.refusal();
+  ops.destroy(h->object);
+  c.tenant().libraryObjects().erase(id);
+  return 0;
+}
+
+int setHandleStream(LibraryCall& c, const HandleOps& ops) {
+  uint64_t id = c.readId();
+  uint64_t streamId = c.readId();
+  session::LibraryObject* h = c.tenant().libraryObjects().find(id, ops.type);
+  session::StreamState* s = c.resolveStream(streamId);
+  if (h == nullptr || s == nullptr) c.refuse(fmt::format("unknown handle {:#x} or stream {:#x}", id, streamId));
+  if (c.refused()) return c.refusal();
+  h->streamId = streamId;
+  return ops.bindStream(h->object, s->stream);
+}
+
 // --- tables ------------------------------------------------------------------------------
 
 const Executor* findExecutor(uint32_t id) {

@@ -120,6 +120,20 @@ class LibraryCall {
   session::StreamState* workStream_ = nullptr;
 };
 
+// The handle executors every library shares. Layout: create = {id, [default stream id]};
+// destroy = {id}; set stream = {id, stream id}. `create` makes the library's handle (status),
+// `bindStream` points it at a stream (may be null: a library whose handle has no stream).
+struct HandleOps {
+  uint32_t type;
+  int (*create)(void** handle);
+  void (*destroy)(void* handle);
+  int (*bindStream)(void* handle, CUstream stream);
+  int allocFailed;  // the library's status for "no room for another handle"
+};
+int createHandle(LibraryCall& c, const HandleOps& ops);
+int destroyHandle(LibraryCall& c, const HandleOps& ops);
+int setHandleStream(LibraryCall& c, const HandleOps& ops);
+
 struct Executor {
   uint32_t id;
   const char* name;
