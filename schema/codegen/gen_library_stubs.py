@@ -332,6 +332,23 @@ def cast_target(p: Param) -> str:
     return t
 
 
+# How the client stub appends a parameter of each kind (client/library/library_call.h).
+CLIENT_CALLS = {
+    "value": "value({name})",
+    "handle": "handle({name})",
+    "object": "object({name}, {tag})",
+    "objectOut": "objectOut({name}, {tag})",
+    "stream": "stream({name})",
+    "device": "device({name})",
+    "scalar": "scalar({handle}, {name}, {size})",  # size 0 (void*): up to 16 bytes
+    "scalarOut": "scalarOut({handle}, {name}, sizeof(*{name}))",
+    "hostScalar": "hostScalar({name})",
+    "hostOut": "hostOut({name}, sizeof(*{name}))",
+    "arrayIn": "arrayIn({name}, {count}, sizeof(*{name}))",
+    "arrayOut": "arrayOut({name}, {count}, sizeof(*{name}))",
+}
+
+
 def client_stub(fn: Function) -> str:
     head = (f'extern "C" __attribute__((weak, visibility("default"))) {fn.ret} {fn.name}({param_list(fn)}) {{\n')
     if fn.kinds is None:
@@ -343,33 +360,10 @@ def client_stub(fn: Function) -> str:
     handle = next((p.name for p, k in zip(fn.params, fn.kinds) if k == "handle"), "nullptr")
     for p, k in zip(fn.params, fn.kinds):
         kind, _, count = k.partition(":")
-        if kind == "value":
-            body.append(f"  tally_call.value({p.name});")
-        elif kind == "handle":
-            body.append(f"  tally_call.handle({p.name});")
-        elif kind == "object":
-            body.append(f'  tally_call.object({p.name}, 0x{fnv1a(p.base):08x}u);')
-        elif kind == "objectOut":
-            body.append(f'  tally_call.objectOut({p.name}, 0x{fnv1a(p.base):08x}u);')
-        elif kind == "stream":
-            body.append(f"  tally_call.stream({p.name});")
-        elif kind == "device":
-            body.append(f"  tally_call.device({p.name});")
-        elif kind == "scalar":
-            size = "0" if p.base == "void" else f"sizeof(*{p.name})"
-            body.append(f"  tally_call.scalar({handle}, {p.name}, {size});")
-        elif kind == "scalarOut":
-            body.append(f"  tally_call.scalarOut({handle}, {p.name}, sizeof(*{p.name}));")
-        elif kind == "hostScalar":
-            body.append(f"  tally_call.hostScalar({p.name});")
-        elif kind == "hostOut":
-            body.append(f"  tally_call.hostOut({p.name}, sizeof(*{p.name}));")
-        elif kind == "arrayIn":
-            body.append(f"  tally_call.arrayIn({p.name}, {count}, sizeof(*{p.name}));")
-        elif kind == "arrayOut":
-            body.append(f"  tally_call.arrayOut({p.name}, {count}, sizeof(*{p.name}));")
-        else:
-            raise AssertionError(kind)
+        size = "0" if p.base == "void" else f"sizeof(*{p.name})"
+        call = CLIENT_CALLS[kind].format(name=p.name, tag=f"0x{fnv1a(p.base):08x}u", handle=handle, size=size,
+                                         count=count)
+        body.append(f"  tally_call.{call};")
     body.append(f"  return static_cast<{fn.ret}>(tally_call.run({'true' if one_way(fn) else 'false'}));")
     return head + "\n".join(body) + "\n}\n"
 
