@@ -3,6 +3,7 @@
 
 #include "client/transport/host_memory.h"
 #include "common/tls/tls_pipe.h"
+#include "common/trace/call_trace.h"
 
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
@@ -103,6 +104,9 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
   // Poll briefly before sleeping: replies to syncs then arrive without a wake-up.
   const char* spin = std::getenv("TALLY_SPIN_US");
   c->reader_.setSpinMicros(spin != nullptr ? static_cast<unsigned>(std::atoi(spin)) : 50);
+  if (const char* path = std::getenv("TALLY_TRACE"); path != nullptr && *path != '\0') {
+    if (!trace::enableCallTrace(path, "client")) spdlog::warn("tally: TALLY_TRACE: cannot open {}", path);
+  }
   c->receiver_ = std::thread([raw = c.get()] { raw->receive(); });
   c->flusher_ = std::thread([raw = c.get()] { raw->runFlusher(); });
   return c;
@@ -140,6 +144,7 @@ bool Connection::handshake(const std::string& tenantName, wire::PriorityClass pr
     return false;
   }
   auto welcome = root.getWelcome();
+  tenantId_ = welcome.getTenantId();
   if (!welcome.getAccepted()) {
     error = "tallyd at " + endpointText_ + " refused the connection: " + std::string(welcome.getError().cStr());
     return false;
@@ -264,7 +269,12 @@ CUresult Connection::startCall(PendingCall& pending, capnp::MessageBuilder& mess
     std::lock_guard lock(pendingMutex_);
     pending_[pending.id] = &pending;
   }
+  if (trace::callTraceEnabled()) {
+    pending.kind = static_cast<int32_t>(message.getRoot<wire::ClientMessage>().getCalls()[0].which());
+    trace::recordCall(tenantId_, pending.id, pending.kind, trace::Stage::kSend);
+  }
   CUresult sent = send(message, bulk, fd);
+  trace::recordCall(tenantId_, pending.id, pending.kind, trace::Stage::kSent);
   if (sent != CUDA_SUCCESS) {
     std::lock_guard lock(pendingMutex_);
     pending_.erase(pending.id);
@@ -277,6 +287,7 @@ CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
     __builtin_ia32_pause();
   }
   pending.state.wait(0, std::memory_order_acquire);
+  trace::recordCall(tenantId_, pending.id, pending.kind, trace::Stage::kWoken);
   {
     std::lock_guard lock(pendingMutex_);
     pending_.erase(pending.id);
@@ -377,6 +388,7 @@ void Connection::receive() {
           data.setToken(token);
           if (!routeHostData(data.asReader(), frame.bulkBytes())) return fail("connection lost during a copy");
         }
+        trace::recordCall(tenantId_, id, -1, trace::Stage::kReplied);
         std::lock_guard lock(pendingMutex_);
         auto it = pending_.find(id);
         if (it != pending_.end()) {

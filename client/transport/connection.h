@@ -68,6 +68,7 @@ class Connection {
   struct PendingCall {
     uint64_t id = 0;
     std::atomic<int> state{0};  // 0 waiting, 1 done, 2 failed
+    int32_t kind = -1;          // the call's discriminant, for the call trace
     kj::Array<capnp::word> words;
   };
   // Sends a message whose call has id `pending.id`; its reply is awaited with finishCall.
@@ -119,6 +120,7 @@ class Connection {
   bool closing_ = false;
   std::thread flusher_;
   std::atomic<uint64_t> nextCallId_{1};
+  uint64_t tenantId_ = 0;  // tallyd's id of this connection (Welcome), for the call trace
   std::atomic<bool> broken_{false};
   std::atomic<int> lostStatus_{CUDA_ERROR_DEVICE_UNAVAILABLE};
   std::mutex pendingMutex_;

@@ -1,5 +1,7 @@
 #include "server/api/call_context.h"
 
+#include "common/trace/call_trace.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@ void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult d
   } else {
     reply.setNone();
   }
+  trace::recordCall(outbox.tenant(), id, -1, trace::Stage::kReply);
   outbox.send(message, std::move(data), std::move(keepalive));
 }
 

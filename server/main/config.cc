@@ -247,7 +247,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
                                                "max_bulk_bytes", "inline_wait_us",    "poll_us",
                                                "require_auth",   "tenant",            "transform",
-                                               "cache_dir",      "library_dir",       "stress_seed",       "policy",
+                                               "cache_dir",      "library_dir",       "trace_calls",       "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
                                                "priority_transforms", "priority_stream_priorities",
                                                "priority_max_pause_us", "tls_cert", "tls_key", "tls_client_ca",
@@ -282,6 +282,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.transform = table["transform"].value_or(config.transform);
   config.cacheDir = table["cache_dir"].value_or(config.cacheDir);
   config.libraryDir = table["library_dir"].value_or(config.libraryDir);
+  config.traceCalls = table["trace_calls"].value_or(config.traceCalls);
   config.stressSeed = table["stress_seed"].value_or(config.stressSeed);
   auto& sched = config.scheduler;
   sched.policy = table["policy"].value_or(sched.policy);

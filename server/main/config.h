@@ -44,6 +44,7 @@ struct Config {
   // Where cuBLAS/cuBLASLt/cuDNN are looked for first (then the loader's search path); e.g. the
   // lib directory of a PyTorch wheel's nvidia-cudnn package on a host without system cuDNN.
   std::string libraryDir;
+  std::string traceCalls;  // per-call timestamps appended here (common/trace/call_trace.h); empty: off
   uint64_t stressSeed = 0;                    // 0: a new seed per run
   scheduler::SchedulerConfig scheduler;       // policy and its knobs
 };

@@ -20,6 +20,7 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
       ->check(CLI::IsMember({"off", "lazy", "stress"}));
   app.add_option("--cache-dir", f.cacheDir, "directory of compiled kernel variants and learned durations");
   app.add_option("--library-dir", f.libraryDir, "directory searched first for libcublas, libcublasLt, libcudnn");
+  app.add_option("--trace-calls", f.traceCalls, "append per-call timestamps to FILE (bench/trace/trace_report.py)");
   app.add_option("--policy", f.policy, "scheduler: passthrough or priority")
       ->check(CLI::IsMember({"passthrough", "priority"}));
   app.add_option("--budget-us", f.budgetMicros, "priority: turnaround budget of best-effort kernels, µs");
@@ -49,6 +50,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
   if (!f.transform.empty()) config.transform = f.transform;
   if (!f.cacheDir.empty()) config.cacheDir = f.cacheDir;
   if (!f.libraryDir.empty()) config.libraryDir = f.libraryDir;
+  if (!f.traceCalls.empty()) config.traceCalls = f.traceCalls;
   auto& sched = config.scheduler;
   if (!f.policy.empty()) sched.policy = f.policy;
   if (f.budgetMicros) sched.budgetMicros = *f.budgetMicros;

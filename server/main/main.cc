@@ -1,5 +1,6 @@
 // tallyd: builds every module explicitly (no registries) and runs the listener's loop.
 #include "common/log/log.h"
+#include "common/trace/call_trace.h"
 #include "server/admin/admin_server.h"
 #include "server/admin/metrics_server.h"
 #include "server/api/call_context.h"
@@ -206,6 +207,9 @@ int run(int argc, char** argv) {
   // What the request handlers share, and what each session needs (session/ never sees api/).
   api::ApiServices apiServices;
   library::setLibraryDirectory(config.libraryDir);
+  if (!config.traceCalls.empty() && !trace::enableCallTrace(config.traceCalls, "tallyd")) {
+    spdlog::error("trace_calls: cannot open {}", config.traceCalls);
+  }
   session::SessionServices services;
   for (auto& g : gpus) services.gpus.push_back(g.get());
   apiServices.gpus = services.gpus;

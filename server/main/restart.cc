@@ -1,5 +1,7 @@
 #include "server/main/restart.h"
 
+#include "common/trace/call_trace.h"
+
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 #include <linux/close_range.h>
@@ -32,6 +34,7 @@ void startOver(const std::string& faultHistory) {
   spdlog::default_logger()->flush();
   // Sockets, the driver's device files, pipes: none may outlive this image (stdin/out/err stay).
   ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  trace::flushCallTrace();  // exec skips atexit handlers
   ::execv("/proc/self/exe", argv.data());
   spdlog::critical("cannot start over: exec of /proc/self/exe failed: {}", std::strerror(errno));
 }

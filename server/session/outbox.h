@@ -35,8 +35,12 @@ class Outbox {
   // Waits until everything sent so far is written (or failed), at most `timeout`; true if it was.
   bool drain(std::chrono::milliseconds timeout);
   bool failed() const { return failed_.load(); }
+  // The tenant this outbox answers (for the call trace; common/trace/call_trace.h).
+  void setTenant(uint64_t id) { tenant_ = id; }
+  uint64_t tenant() const { return tenant_; }
 
  private:
+  uint64_t tenant_ = 0;
   struct Item {
     kj::Array<capnp::word> message;
     std::vector<iovec> bulk;

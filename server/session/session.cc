@@ -1,5 +1,6 @@
 #include "server/session/session.h"
 
+#include "common/trace/call_trace.h"
 #include "schema/envelope.capnp.h"
 
 #include <capnp/message.h>
@@ -13,6 +14,7 @@ namespace tally::server::session {
 Session::Session(int fd, PeerInfo peer, SessionServices& services, uint64_t tenantId, const std::atomic<bool>& draining)
     : fd_(fd), peer_(std::move(peer)), services_(services), tenantId_(tenantId), draining_(draining) {
   outbox_ = std::make_shared<Outbox>(fd_);
+  outbox_->setTenant(tenantId);
 }
 
 Session::~Session() {
@@ -230,12 +232,15 @@ bool Session::serve(frame::StreamReader& reader) {
       }
       for (auto call : message.getCalls()) {
         throttle();
-        BusyMark busy(tenant_->counters(), static_cast<int32_t>(call.which()));
+        auto kind = static_cast<int32_t>(call.which());
+        BusyMark busy(tenant_->counters(), kind);
+        trace::recordCall(tenantId_, call.getId(), kind, trace::Stage::kRead);
         if (std::string why = services_.calls->run({*tenant_, outbox_, reader, bulkLeft, call, faultEvidence_});
             !why.empty()) {
           spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), why);
           return false;
         }
+        trace::recordCall(tenantId_, call.getId(), kind, trace::Stage::kHandled);
       }
     } catch (const kj::Exception& e) {
       spdlog::warn("tenant {} ({}) dropped: malformed message: {}", tenantId_, tenant_->name(), e.getDescription().cStr());

@@ -1,0 +1,97 @@
+#include "common/trace/call_trace.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <mutex>
+#include <vector>
+
+namespace tally::trace {
+namespace {
+
+struct Event {
+  uint64_t tenant;
+  uint64_t id;
+  int32_t kind;
+  Stage stage;
+  uint64_t ns;
+};
+
+struct Recorder {
+  std::atomic<bool> enabled{false};
+  std::mutex mutex;
+  std::vector<Event> events;
+  FILE* file = nullptr;
+  const char* side = "";
+};
+
+// Leaked: events may be recorded from threads that outlive static destruction.
+Recorder& recorder() {
+  static Recorder* r = new Recorder();
+  return *r;
+}
+
+uint64_t nowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void writeLocked(Recorder& r) {
+  for (const Event& e : r.events) {
+    std::fprintf(r.file, "%s\t%llu\t%llu\t%d\t%s\t%llu\n", r.side, static_cast<unsigned long long>(e.tenant),
+                 static_cast<unsigned long long>(e.id), e.kind, stageName(e.stage),
+                 static_cast<unsigned long long>(e.ns));
+  }
+  r.events.clear();
+  std::fflush(r.file);
+}
+
+constexpr size_t kFlushEvery = 4096;
+
+}  // namespace
+
+const char* stageName(Stage s) {
+  switch (s) {
+    case Stage::kSend: return "send";
+    case Stage::kSent: return "sent";
+    case Stage::kReplied: return "replied";
+    case Stage::kWoken: return "woken";
+    case Stage::kRead: return "read";
+    case Stage::kHandled: return "handled";
+    case Stage::kReply: return "reply";
+  }
+  return "?";
+}
+
+bool enableCallTrace(const std::string& path, const char* side) {
+  Recorder& r = recorder();
+  std::lock_guard lock(r.mutex);
+  if (r.file != nullptr) return true;
+  r.file = std::fopen(path.c_str(), "a");
+  if (r.file == nullptr) return false;
+  r.side = side;
+  r.events.reserve(kFlushEvery);
+  std::atexit(flushCallTrace);
+  r.enabled.store(true, std::memory_order_release);
+  return true;
+}
+
+bool callTraceEnabled() { return recorder().enabled.load(std::memory_order_relaxed); }
+
+void recordCall(uint64_t tenant, uint64_t callId, int32_t kind, Stage stage) {
+  Recorder& r = recorder();
+  if (!r.enabled.load(std::memory_order_relaxed)) return;
+  Event e{tenant, callId, kind, stage, nowNs()};
+  std::lock_guard lock(r.mutex);
+  r.events.push_back(e);
+  if (r.events.size() >= kFlushEvery) writeLocked(r);
+}
+
+void flushCallTrace() {
+  Recorder& r = recorder();
+  std::lock_guard lock(r.mutex);
+  if (r.file != nullptr) writeLocked(r);
+}
+
+}  // namespace tally::trace
