@@ -214,6 +214,8 @@ CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
   // waited-for call returns, every byte is in place.
   // A destination the application unmapped meanwhile: its bytes were dropped, not written.
   if (wait && !connection.forgetHostData(token) && r == CUDA_SUCCESS) r = CUDA_ERROR_INVALID_VALUE;
+  // The copy ran after all earlier work of its stream, and its reply came after the copy.
+  if (wait && r == CUDA_SUCCESS) rt().noteStreamDrained(stream, Connection::lastMessageOfThisThread());
   if (r == CUDA_SUCCESS && !packed) {
     for (size_t row = 0; row < c.height && r == CUDA_SUCCESS; ++row) {
       if (!host_memory::copyOut(reinterpret_cast<char*>(c.dst) + row * c.dstPitch, temp.data() + row * c.width, c.width)) {

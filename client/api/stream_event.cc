@@ -42,17 +42,23 @@ CUresult refuseIfCapturing(uint64_t id) {
   return captureTable().invalidate(id) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
+// A stream a reply has already drained, with nothing sent since, is answered here
+// (ClientRuntime::streamDrained): the sync still returns what earlier one-way calls left.
 CUresult synchronizeStream(CUstream stream) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
   if (CUresult r = refuseIfCapturing(id); r != CUDA_SUCCESS) return r;
-  return rt().sync([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(id); });
+  if (rt().streamDrained(id)) return rt().takePendingAsyncError();
+  CUresult r = rt().sync([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(id); });
+  if (r == CUDA_SUCCESS) rt().noteStreamDrained(id, Connection::lastMessageOfThisThread());
+  return r;
 }
 
 CUresult queryStream(CUstream stream) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
   if (CUresult r = refuseIfCapturing(id); r != CUDA_SUCCESS) return r;
+  if (rt().streamDrained(id)) return CUDA_SUCCESS;
   return rt().call([&](wire::Call::Builder c) { c.initStreamQuery().setStream(id); });
 }
 

@@ -167,6 +167,19 @@ CUresult ClientRuntime::sync(const CallBuilder& build, ReplyMessage* reply, std:
   return own != CUDA_SUCCESS ? own : earlier;
 }
 
+void ClientRuntime::noteStreamDrained(uint64_t stream, uint64_t message) {
+  std::lock_guard lock(drainedMutex_);
+  drained_[stream] = message;
+}
+
+bool ClientRuntime::streamDrained(uint64_t stream) {
+  if (!connection_) return false;
+  uint64_t sent = connection_->messagesSent();
+  std::lock_guard lock(drainedMutex_);
+  auto it = drained_.find(stream);
+  return it != drained_.end() && it->second == sent;
+}
+
 CUresult ClientRuntime::startCall(Connection::PendingCall& pending, const CallBuilder& build) {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
   capnp::MallocMessageBuilder message(128);

@@ -75,6 +75,14 @@ class ClientRuntime {
   // pending error of earlier one-way calls, as the native runtime does.
   CUresult sync(const CallBuilder& build, ReplyMessage* reply = nullptr, std::span<const iovec> bulk = {});
   uint64_t newHandleId() { return nextHandleId_.fetch_add(1); }
+  // A stream is *drained* when a reply proved all its work done (a stream sync, a waited copy
+  // from it) and nothing at all was sent since: syncing or querying it again needs no round trip
+  // (PyTorch's .item() is a copy to the host followed by a sync of the same stream). `message`:
+  // Connection::lastMessageOfThisThread() of the call whose reply proved it.
+  void noteStreamDrained(uint64_t stream, uint64_t message);
+  bool streamDrained(uint64_t stream);
+  // What a synchronizing call returns for earlier one-way calls (and clears).
+  CUresult takePendingAsyncError() { return static_cast<CUresult>(pendingAsyncError_.exchange(CUDA_SUCCESS)); }
   // Host callbacks: counted when enqueued and when run; waitForHostCallbacks returns once
   // every callback enqueued before the call has run.
   void hostCallbackEnqueued() { hostCallbacksEnqueued_.fetch_add(1); }
@@ -169,6 +177,8 @@ class ClientRuntime {
   std::atomic<uint64_t> hostCallbacksRun_{0};
   CallbackTable messageCallbacks_;
 
+  std::mutex drainedMutex_;
+  std::unordered_map<uint64_t, uint64_t> drained_;  // stream id -> message whose reply drained it
   std::mutex tablesMutex_;
   std::map<CUdeviceptr, DeviceRegion> deviceRegions_;
   std::map<uintptr_t, HostRegion> hostRegions_;

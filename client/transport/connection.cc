@@ -177,10 +177,19 @@ CUresult Connection::flushLocked() {
   return r;
 }
 
+namespace {
+thread_local uint64_t threadLastMessage = 0;
+}  // namespace
+
+void Connection::noteMessage() { threadLastMessage = ++messages_; }
+
+uint64_t Connection::lastMessageOfThisThread() { return threadLastMessage; }
+
 CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec> bulk, int fd) {
   if (broken_) return lostStatus();
   auto words = capnp::messageToFlatArray(message);
   std::lock_guard lock(sendMutex_);
+  noteMessage();
   if (CUresult r = flushLocked(); r != CUDA_SUCCESS) return r;  // keep call order
   if (fd < 0) return writeFrameLocked(words, bulk);
   // A descriptor rides only with our own messages (no application bytes that could fault).
@@ -240,6 +249,7 @@ CUresult Connection::post(capnp::MessageBuilder& message) {
   if (broken_) return lostStatus();
   auto words = capnp::messageToFlatArray(message);
   std::unique_lock lock(sendMutex_);
+  noteMessage();
   bool idle = batch_.empty() && std::chrono::steady_clock::now() - lastWrite_ > kBatchWindow;
   frame::appendFrame(batch_, words, 0);
   if (idle || batch_.size() >= kBatchBytes) return flushLocked();  // a lone call goes out at once

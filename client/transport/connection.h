@@ -79,6 +79,13 @@ class Connection {
   CUresult roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply, std::span<const iovec> bulk = {},
                      int fd = -1);
 
+  // Every message sent is numbered (under the send lock, so in the order tallyd reads them):
+  // messagesSent() is the latest number, lastMessageOfThisThread() the number of this thread's
+  // latest message. A stream drained by the reply to message N is still drained while
+  // messagesSent() == N: nothing at all has been sent since (ClientRuntime::streamDrained).
+  uint64_t messagesSent() const { return messages_.load(std::memory_order_acquire); }
+  static uint64_t lastMessageOfThisThread();
+
   // Device-to-host destinations: the receiver writes HostData for `token` into [dst, dst+size).
   uint64_t expectHostData(void* dst, size_t size);
   // Drops the destination (after the call that filled it returned); false when some of its
@@ -106,6 +113,7 @@ class Connection {
   void receive();
   bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);
   void fail(const std::string& why);
+  void noteMessage();  // sendMutex_ held
   void contextLost(wire::ContextLost::Reader lost);
 
   int fd_;
@@ -120,6 +128,7 @@ class Connection {
   bool closing_ = false;
   std::thread flusher_;
   std::atomic<uint64_t> nextCallId_{1};
+  std::atomic<uint64_t> messages_{0};
   uint64_t tenantId_ = 0;  // tallyd's id of this connection (Welcome), for the call trace
   std::atomic<bool> broken_{false};
   std::atomic<int> lostStatus_{CUDA_ERROR_DEVICE_UNAVAILABLE};
