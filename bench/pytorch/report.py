@@ -98,8 +98,16 @@ def markdown(rows, runs, meta):
         for m, f in fails:
             tail = (f.get("stderr_tail") or [""])[-1]
             lines.append(f"- {m} {f['bench']}: {f['reason']}" + (f" — `{tail[:200]}`" if tail else ""))
-    if not any(d.get("client_stats_supported") for d in runs.values()):
-        lines += ["", "Client calls/bytes: not reported (TODO: libtally_client.so does not read TALLY_CLIENT_STATS)."]
+    per_step = [(m, r) for m, d in runs.items() for r in d.get("results", []) if r.get("client_per_step")]
+    if per_step:
+        lines += ["", "What the client sent per step / request (tallyClientStats around the measured loop):", "",
+                  "| mode | measure | variant | messages | round trips | bytes |", "|---|---|---|---|---|---|"]
+        for m, r in per_step:
+            c = r["client_per_step"]
+            lines.append(f"| {m} | {r['bench']} | {r['variant']} | {c['messages']:.1f} | {c['round_trips']:.2f} | "
+                         f"{c['bytes_sent']:.0f} |")
+    else:
+        lines += ["", "Client calls/bytes: not reported (no run through tallyd, or a client without tallyClientStats)."]
     return "\n".join(lines) + "\n"
 
 

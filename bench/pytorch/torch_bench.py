@@ -75,7 +75,35 @@ def stats(samples, unit, scale, p99=False):
     return out
 
 
+class ClientCounters:
+    """What the preloaded client sent (tallyClientStats: messages, round trips, bytes), per step of
+    the last measured loop; None natively."""
+
+    def __init__(self):
+        import ctypes
+        self.values = (ctypes.c_uint64 * 3)()
+        try:
+            self.fn = ctypes.CDLL(None).tallyClientStats
+        except AttributeError:
+            self.fn = None
+        self.per_step = None
+
+    def read(self):
+        return list(self.values) if self.fn is not None and self.fn(self.values) == 0 else None
+
+    def measure(self, before, after, steps):
+        if before is None or after is None or steps == 0:
+            self.per_step = None
+        else:
+            self.per_step = {k: (a - b) / steps for k, a, b in zip(("messages", "round_trips", "bytes_sent"), after, before)}
+
+
+COUNTERS = ClientCounters()
+
+
 def emit(bench, variant, metric, st, **extra):
+    if COUNTERS.per_step is not None:
+        extra["client_per_step"] = COUNTERS.per_step
     rec = dict({"bench": bench, "variant": variant, "metric": metric}, **st, **extra)
     print("@@result " + json.dumps(rec), flush=True)
 
@@ -100,11 +128,13 @@ def timed_steps(torch, step, warmup, steps):
         step()
     torch.cuda.synchronize()
     times = []
+    before = COUNTERS.read()
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    COUNTERS.measure(before, COUNTERS.read(), steps)
     return times
 
 
@@ -217,11 +247,14 @@ def latency(torch, name, variant, fn):
         fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(env_int("INFER_REQUESTS", 200)):
+    requests = env_int("INFER_REQUESTS", 200)
+    before = COUNTERS.read()
+    for _ in range(requests):
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    COUNTERS.measure(before, COUNTERS.read(), requests)
     emit(name, variant, "latency", stats(times, "ms", 1e3, p99=True))
 
 
@@ -273,7 +306,8 @@ def run_all(out, label, log):
            "through_tally": "libtally_client" in os.environ.get("LD_PRELOAD", ""),
            "tally_server": os.environ.get("TALLY_SERVER") if os.environ.get("LD_PRELOAD") else None,
            "params": params(), "info": None, "results": [], "failures": [],
-           # TODO(client stats): calls/bytes per measure, once libtally_client.so knows TALLY_CLIENT_STATS.
+           # Whole-process totals per measure (TALLY_CLIENT_STATS); per-step figures are each
+           # result's client_per_step (tallyClientStats around the measured loop).
            "client_stats_supported": bool(stats_dir)}
     t_start = time.monotonic()
     logf = open(log, "a") if log else sys.stderr

@@ -195,7 +195,7 @@ TALLY_API cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const 
                                                  cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
                                                  int64_t requestedCount, int64_t* elementCount, void* elements) {
   int size = cudnnElementSize(type);
-  if (size < 0 || type == kCudnnTypeHandle) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (size < 0 || static_cast<int32_t>(type) == kCudnnTypeHandle) return CUDNN_STATUS_NOT_SUPPORTED;
   if (requestedCount < 0 || requestedCount > kMaxCudnnElements) return CUDNN_STATUS_BAD_PARAM;
   if (elements == nullptr) requestedCount = 0;
   Call c(kFamily, "cudnnBackendGetAttribute", functionId("cudnnBackendGetAttribute"));
@@ -204,7 +204,7 @@ TALLY_API cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const 
   c.value(static_cast<int32_t>(type));
   c.value(requestedCount);
   // Descriptors to be filled are the application's own, named by id; tallyd fills its objects.
-  if (type == kCudnnTypeBackendDescriptor) {
+  if (static_cast<int32_t>(type) == kCudnnTypeBackendDescriptor) {
     std::string ids;
     if (!copyElements(elements, requestedCount, size, ids)) return CUDNN_STATUS_BAD_PARAM;
     c.args().putBytes(ids.data(), static_cast<uint32_t>(ids.size()));

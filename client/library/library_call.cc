@@ -80,7 +80,7 @@ void Call::handle(const void* h) {
   // cuBLAS documents that a cuBLAS handle also serves as a cuBLASLt handle.
   bool known = handles.find(h, family_).has_value() ||
                (family_ == Family::kCublasLt && handles.find(h, Family::kCublas).has_value());
-  if (!known) refuse(family_ == Family::kCudnn ? CUDNN_STATUS_BAD_PARAM : CUBLAS_STATUS_NOT_INITIALIZED);
+  if (!known) refuse(pick(family_, CUDNN_STATUS_BAD_PARAM, CUBLAS_STATUS_NOT_INITIALIZED));
   args_.put(id(h));
 }
 

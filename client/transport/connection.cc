@@ -160,6 +160,7 @@ constexpr size_t kBatchBytes = 64 << 10;
 }  // namespace
 
 CUresult Connection::writeLocked(std::span<const iovec> parts) {
+  for (const iovec& part : parts) bytesSent_.fetch_add(part.iov_len, std::memory_order_relaxed);
   frame::IoStatus status = frame::writeAll(fd_, parts);
   lastWrite_ = std::chrono::steady_clock::now();
   if (!status.ok) {
@@ -230,6 +231,7 @@ CUresult Connection::writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std
   parts.insert(parts.end(), bulk.begin(), bulk.end());
   int error = 0;
   size_t sentBytes = frame::sendCounting(fd_, parts, error);
+  bytesSent_.fetch_add(sentBytes, std::memory_order_relaxed);
   lastWrite_ = std::chrono::steady_clock::now();
   if (error == 0) return CUDA_SUCCESS;
   if (error == EFAULT) {  // only the bulk can fault: the header and message are ours
@@ -275,6 +277,7 @@ void Connection::runFlusher() {
 CUresult Connection::startCall(PendingCall& pending, capnp::MessageBuilder& message, std::span<const iovec> bulk,
                                int fd) {
   pending.state.store(0);
+  roundTrips_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(pendingMutex_);
     pending_[pending.id] = &pending;

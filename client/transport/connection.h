@@ -85,6 +85,9 @@ class Connection {
   // messagesSent() == N: nothing at all has been sent since (ClientRuntime::streamDrained).
   uint64_t messagesSent() const { return messages_.load(std::memory_order_acquire); }
   static uint64_t lastMessageOfThisThread();
+  // What went to tallyd so far (tallyClientStats, client/api/entry_points.cc).
+  uint64_t roundTrips() const { return roundTrips_.load(std::memory_order_relaxed); }
+  uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
   // Device-to-host destinations: the receiver writes HostData for `token` into [dst, dst+size).
   uint64_t expectHostData(void* dst, size_t size);
@@ -129,6 +132,8 @@ class Connection {
   std::thread flusher_;
   std::atomic<uint64_t> nextCallId_{1};
   std::atomic<uint64_t> messages_{0};
+  std::atomic<uint64_t> roundTrips_{0};
+  std::atomic<uint64_t> bytesSent_{0};
   uint64_t tenantId_ = 0;  // tallyd's id of this connection (Welcome), for the call trace
   std::atomic<bool> broken_{false};
   std::atomic<int> lostStatus_{CUDA_ERROR_DEVICE_UNAVAILABLE};
