@@ -317,6 +317,12 @@ def one_way(fn: Function) -> bool:
     return not has_outputs(fn.kinds)
 
 
+def is_work(fn: Function) -> bool:
+    """GPU work the scheduler should see: one-way, on a handle's stream, not a handle setting."""
+    setting = re.match(r"^(cublas|cudnn)(Set|Get|Create|Destroy)", fn.name) is not None
+    return one_way(fn) and "handle" in fn.kinds and not setting
+
+
 def param_list(fn: Function) -> str:
     return ", ".join(p.c_decl() for p in fn.params) if fn.params else "void"
 
@@ -503,7 +509,8 @@ def main() -> int:
     server.append("}  // namespace\n\nconst std::vector<Executor>& generatedExecutors() {\n"
                   "  static const std::vector<Executor> table = {\n")
     for fn in marshalled:
-        server.append(f'      {{0x{fnv1a(fn.name):08x}u, "{fn.name}", &exec_{fn.name}}},\n')
+        work = "true" if is_work(fn) else "false"
+        server.append(f'      {{0x{fnv1a(fn.name):08x}u, "{fn.name}", &exec_{fn.name}, {work}}},\n')
     server.append("  };\n  return table;\n}\n\n}  // namespace tally::server::library\n")
     write(os.path.join(a.server_out, "library_exec.cc"), "".join(server))
 

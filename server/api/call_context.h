@@ -153,6 +153,8 @@ CUresult legacyStreamConflict(CallContext& ctx, session::StreamState& s);
 // Runs `done` once the work queued so far on `stream` has finished, keeping this tenant's
 // notices in order (inline only when none of them is still queued).
 CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done);
+// The scheduler's view of the tenant for work it cannot look into (set `enqueue` before use).
+scheduler::OpaqueWork opaqueWork(CallContext& ctx, gpu::Gpu& g);
 // Replies once the work queued so far on `stream` has finished.
 void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive = {});
 

@@ -123,6 +123,16 @@ void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_p
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }
 
+scheduler::OpaqueWork opaqueWork(CallContext& ctx, gpu::Gpu& g) {
+  scheduler::OpaqueWork w;
+  w.tenant = ctx.tenant().id();
+  w.highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
+  w.mustNotHold = ctx.tenant().awaitsHostFuncs();
+  w.gpu = &g;
+  w.held = &ctx.tenant().counters().held;
+  return w;
+}
+
 namespace {
 
 // tallyctl's stats: relaxed increments only (the admin thread just reads them).

@@ -19,7 +19,7 @@
 // kernel launches (the original kernel: launch_api.cc bypasses the scheduler), copies and
 // memsets between device memory and shared host memory, event records and waits (forks and
 // joins: other streams join the capture through the driver), graph launches (child graphs).
-// The scheduler sees a graph when it is launched (Policy::launchGraph), as one unit.
+// The scheduler sees a graph when it is launched (Policy::runOpaque), as one unit.
 #include "server/api/call_context.h"
 #include "server/api/request_checks.h"
 
@@ -199,16 +199,12 @@ void launchGraph(CallContext& ctx, wire::GraphLaunch::Reader args) {
   scheduler::Policy* policy = ctx.services().policy;
   // Into a capturing stream the graph becomes a child graph of that capture: nothing runs yet.
   if (policy == nullptr || ctx.tenant().streams().capturing(*s)) return ctx.finish(cuGraphLaunch(e->exec, s->stream));
-  scheduler::GraphLaunch g;
-  g.tenant = ctx.tenant().id();
-  g.highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
-  g.mustNotHold = ctx.tenant().awaitsHostFuncs();
-  g.streamId = s->id;
-  g.gpu = s->gpu;
-  g.stream = s->stream;
-  g.exec = e->exec;
-  g.held = &ctx.tenant().counters().held;
-  ctx.finish(policy->launchGraph(g));
+  scheduler::OpaqueWork w = opaqueWork(ctx, *s->gpu);
+  w.enqueue = [exec = e->exec, stream = s->stream](CUstream& used) {
+    used = stream;
+    return cuGraphLaunch(exec, stream);
+  };
+  ctx.finish(policy->runOpaque(w));
 }
 
 void uploadGraph(CallContext& ctx, wire::GraphLaunch::Reader args) {

@@ -16,6 +16,24 @@ CUresult deferredErrorFor(library::Library lib, int status) {
   return status == library::invalidValueStatus(lib) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_LAUNCH_FAILED;
 }
 
+// A GEMM or convolution goes through the scheduler as one unit, like a graph launch: a
+// best-effort tenant's waits its turn, a high-priority tenant's closes the gate. Set-up, queries
+// and work on a capturing stream (recorded, not run) go straight to the library.
+int run(CallContext& ctx, const library::Executor& executor, library::LibraryCall& c, gpu::Gpu& g) {
+  scheduler::Policy* policy = ctx.services().policy;
+  if (!executor.work || !ctx.oneWay() || policy == nullptr) return executor.run(c);
+  int status = 0;
+  scheduler::OpaqueWork w = opaqueWork(ctx, g);
+  w.enqueue = [&](CUstream& used) {
+    status = executor.run(c);
+    session::StreamState* s = c.workStream();
+    used = s != nullptr && !ctx.tenant().streams().capturing(*s) ? s->stream : nullptr;
+    return CUDA_SUCCESS;
+  };
+  policy->runOpaque(w);
+  return status;
+}
+
 }  // namespace
 
 void handleLibrary(CallContext& ctx, wire::Call::Reader call) {
@@ -36,7 +54,7 @@ void handleLibrary(CallContext& ctx, wire::Call::Reader call) {
   auto args = in.getArgs();
   library::LibraryCall c(ctx.tenant(), *g, lib, executor->name, library::ArgReader(args.begin(), args.size()),
                          [&ctx](uint64_t id) { return streamForWork(ctx, id); });
-  int status = executor->run(c);
+  int status = run(ctx, *executor, c, *g);
   if (c.malformed()) {
     ctx.protocolError(std::string(executor->name) + ": arguments do not match the function's layout");
     return;

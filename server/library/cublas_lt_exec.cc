@@ -274,7 +274,7 @@ const std::vector<Executor>& cublasLtExecutors() {
       {functionId("cublasLtCreate"), "cublasLtCreate", &create},
       {functionId("cublasLtDestroy"), "cublasLtDestroy", &destroy},
       {functionId("cublasLtMatmulAlgoGetHeuristic"), "cublasLtMatmulAlgoGetHeuristic", &heuristic},
-      {functionId("cublasLtMatmul"), "cublasLtMatmul", &matmul},
+      {functionId("cublasLtMatmul"), "cublasLtMatmul", &matmul, true},
       {functionId("cublasLtDescriptorGetAttribute"), "cublasLtDescriptorGetAttribute", &getAttribute},
   };
   return table;

@@ -181,7 +181,7 @@ const std::vector<Executor>& cudnnBackendExecutors() {
       {functionId("cudnnBackendSetAttribute"), "cudnnBackendSetAttribute", &setAttribute},
       {functionId("cudnnBackendFinalize"), "cudnnBackendFinalize", &finalize},
       {functionId("cudnnBackendGetAttribute"), "cudnnBackendGetAttribute", &getAttribute},
-      {functionId("cudnnBackendExecute"), "cudnnBackendExecute", &execute},
+      {functionId("cudnnBackendExecute"), "cudnnBackendExecute", &execute, true},
   };
   return table;
 }

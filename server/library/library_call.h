@@ -138,6 +138,9 @@ struct Executor {
   uint32_t id;
   const char* name;
   int (*run)(LibraryCall&);
+  // GPU work on the handle's stream (a GEMM, a convolution): scheduled like a kernel. False for
+  // handle and descriptor set-up and queries.
+  bool work = false;
 };
 
 // Every executor: generated ones and the hand-written families.

@@ -8,6 +8,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -60,16 +61,16 @@ struct KernelLaunch {
   metrics::LatencyHistogram* held = nullptr;       // launches the policy held back, and how long
 };
 
-// One launch of an executable graph (the tenant's captured or built work) as the API layer
-// hands it over. Its kernels run as captured: original kernels, never variants.
-struct GraphLaunch {
+// GPU work the scheduler cannot split or look into — a graph launch (its kernels run as
+// captured), a cuBLAS/cuDNN call — scheduled as one unit: a high-priority tenant's closes the
+// gate first, a best-effort tenant's waits its turn as one kernel would. `enqueue` issues it and
+// names the stream it went to (null: none).
+struct OpaqueWork {
   uint64_t tenant = 0;
   bool highPriority = false;
   bool mustNotHold = false;  // as KernelLaunch::mustNotHold
-  uint64_t streamId = 0;
   gpu::Gpu* gpu = nullptr;
-  CUstream stream = nullptr;
-  CUgraphExec exec = nullptr;
+  std::function<CUresult(CUstream& used)> enqueue;
   metrics::LatencyHistogram* held = nullptr;
 };
 
@@ -83,8 +84,11 @@ class Policy {
   virtual std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const = 0;
   // Enqueues (or arranges) a kernel launch (the original kernel via launchOriginal).
   virtual CUresult launch(const KernelLaunch& k) = 0;
-  // Enqueues a graph launch; by default at once. afterWork follows it, as for other stream work.
-  virtual CUresult launchGraph(const GraphLaunch& g) { return cuGraphLaunch(g.exec, g.stream); }
+  // Enqueues opaque work; by default at once. afterWork follows it, as for other stream work.
+  virtual CUresult runOpaque(const OpaqueWork& w) {
+    CUstream used = nullptr;
+    return w.enqueue(used);
+  }
   // A tenant enqueued other stream work (copy, memset, event, wait) on `stream`.
   virtual void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) = 0;
   // The tenant is ending, before it waits for its streams: nothing the policy holds back may

@@ -378,23 +378,24 @@ CUresult PriorityPolicy::launch(const KernelLaunch& k) {
 // afterWork mark keeps HP busy until it is done); a BE graph waits its turn like one original
 // kernel and counts as one in flight. Its kernels are not variants, so a long BE graph is not
 // preempted: the stream priorities are what keep HP ahead of it.
-CUresult PriorityPolicy::launchGraph(const GraphLaunch& g) {
+CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
   KernelLaunch k{};  // what the lane and the wait read of a launch
-  k.tenant = g.tenant;
-  k.mustNotHold = g.mustNotHold;
-  k.held = g.held;
+  k.tenant = w.tenant;
+  k.mustNotHold = w.mustNotHold;
+  k.held = w.held;
   GpuState* s = nullptr;
   Lane* lane = nullptr;
   {
     std::lock_guard lock(mutex_);
-    s = stateFor(*g.gpu);
-    if (s != nullptr && g.highPriority && s->activity.submitted(now())) closeGate(*s);
-    if (s != nullptr && !g.highPriority) lane = laneFor(*s, k);
+    s = stateFor(*w.gpu);
+    if (s != nullptr && w.highPriority && s->activity.submitted(now())) closeGate(*s);
+    if (s != nullptr && !w.highPriority) lane = laneFor(*s, k);
   }
-  if (lane == nullptr) return cuGraphLaunch(g.exec, g.stream);
+  CUstream used = nullptr;
+  if (lane == nullptr) return w.enqueue(used);
   waitTurn(*s, *lane, k, true);
-  CUresult r = cuGraphLaunch(g.exec, g.stream);
-  markInFlight(*lane, g.stream);
+  CUresult r = w.enqueue(used);
+  if (used != nullptr) markInFlight(*lane, used);
   return r;
 }
 

@@ -54,7 +54,7 @@ class PriorityPolicy final : public Policy {
   const char* name() const override { return "priority"; }
   std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const override;
   CUresult launch(const KernelLaunch& k) override;
-  CUresult launchGraph(const GraphLaunch& g) override;
+  CUresult runOpaque(const OpaqueWork& w) override;
   void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override;
   void tenantEnding(uint64_t tenant) override;
   void tenantReleased(uint64_t tenant) override;

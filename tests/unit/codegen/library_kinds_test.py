@@ -89,6 +89,15 @@ class Classification(unittest.TestCase):
                      "cudnnGetBatchNormalizationBackwardExWorkspaceSize"):
             self.assertIsNotNone(FUNCTIONS[name].kinds, f"{name}: {FUNCTIONS[name].reason}")
 
+    def test_only_gpu_work_goes_through_the_scheduler(self):
+        for name in ("cublasSgemm_v2", "cublasGemmEx", "cudnnConvolutionForward",
+                     "cudnnBatchNormalizationForwardTrainingEx", "cudnnRNNForward"):
+            self.assertTrue(gen.is_work(FUNCTIONS[name]), name)
+        for name in ("cudnnSetTensorNdDescriptor", "cudnnCreateTensorDescriptor", "cublasGetVersion_v2",
+                     "cudnnGetConvolutionForwardWorkspaceSize", "cublasSetVector"):
+            if name in FUNCTIONS and FUNCTIONS[name].kinds is not None:
+                self.assertFalse(gen.is_work(FUNCTIONS[name]), name)
+
     def test_ids_do_not_collide(self):
         ids = [gen.fnv1a(n) for n in FUNCTIONS]
         self.assertEqual(len(ids), len(set(ids)))
