@@ -21,7 +21,7 @@ constexpr Family kFamily = Family::kCublas;
 cublasStatus_t updateHandle(cublasHandle_t handle, const char* name, const std::function<bool(HandleState&)>& change,
                             const std::function<void(Call&)>& fill) {
   bool changed = false;
-  if (!HandleRegistry::get().update(handle, kFamily, [&](HandleState& s) { changed = change(s); })) {
+  if (!LibraryHandles::get().update(handle, kFamily, [&](HandleState& s) { changed = change(s); })) {
     return CUBLAS_STATUS_NOT_INITIALIZED;
   }
   if (!changed) return CUBLAS_STATUS_SUCCESS;
@@ -47,7 +47,7 @@ cublasStatus_t setMode(cublasHandle_t handle, const char* name, int HandleState:
 template <typename T>
 cublasStatus_t getMode(cublasHandle_t handle, int HandleState::*field, T* out) {
   if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  auto s = HandleRegistry::get().find(handle, kFamily);
+  auto s = LibraryHandles::get().find(handle, kFamily);
   if (!s) return CUBLAS_STATUS_NOT_INITIALIZED;
   *out = static_cast<T>((*s).*field);
   return CUBLAS_STATUS_SUCCESS;

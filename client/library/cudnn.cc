@@ -66,7 +66,7 @@ TALLY_API cudnnStatus_t cudnnQueryRuntimeError(cudnnHandle_t handle, cudnnStatus
   (void)mode;
   (void)tag;
   if (rstatus == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  if (!HandleRegistry::get().find(handle, kFamily)) return CUDNN_STATUS_BAD_PARAM;
+  if (!LibraryHandles::get().find(handle, kFamily)) return CUDNN_STATUS_BAD_PARAM;
   *rstatus = CUDNN_STATUS_SUCCESS;
   return CUDNN_STATUS_SUCCESS;
 }

@@ -24,38 +24,38 @@ bool readScalar(const void* p, size_t size, std::string& out) {
   return false;
 }
 
-}  // namespace
-
-int successStatus() { return 0; }
-
 // The two libraries' enums differ; each answer is the int of the caller's family.
 int pick(Family f, cudnnStatus_t cudnn, cublasStatus_t cublas) {
   return f == Family::kCudnn ? static_cast<int>(cudnn) : static_cast<int>(cublas);
 }
+
+}  // namespace
+
+int successStatus() { return 0; }
 int notInitializedStatus(Family f) { return pick(f, CUDNN_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_NOT_INITIALIZED); }
 int invalidValueStatus(Family f) { return pick(f, CUDNN_STATUS_BAD_PARAM, CUBLAS_STATUS_INVALID_VALUE); }
 int executionFailedStatus(Family f) { return pick(f, CUDNN_STATUS_EXECUTION_FAILED, CUBLAS_STATUS_EXECUTION_FAILED); }
 
-HandleRegistry& HandleRegistry::get() {
-  static HandleRegistry* registry = new HandleRegistry();  // leaked: used from atexit handlers
+LibraryHandles& LibraryHandles::get() {
+  static LibraryHandles* registry = new LibraryHandles();  // leaked: used from atexit handlers
   return *registry;
 }
 
-uint64_t HandleRegistry::add(HandleState state) {
+uint64_t LibraryHandles::add(HandleState state) {
   uint64_t id = Call::newObjectId();
   std::lock_guard<std::mutex> lock(mutex_);
   handles_.emplace(id, state);
   return id;
 }
 
-std::optional<HandleState> HandleRegistry::find(const void* handle, Family family) {
+std::optional<HandleState> LibraryHandles::find(const void* handle, Family family) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = handles_.find(reinterpret_cast<uintptr_t>(handle));
   if (it == handles_.end() || it->second.family != family) return std::nullopt;
   return it->second;
 }
 
-bool HandleRegistry::update(const void* handle, Family family, const std::function<void(HandleState&)>& change) {
+bool LibraryHandles::update(const void* handle, Family family, const std::function<void(HandleState&)>& change) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = handles_.find(reinterpret_cast<uintptr_t>(handle));
   if (it == handles_.end() || it->second.family != family) return false;
@@ -63,7 +63,7 @@ bool HandleRegistry::update(const void* handle, Family family, const std::functi
   return true;
 }
 
-bool HandleRegistry::remove(const void* handle, Family family) {
+bool LibraryHandles::remove(const void* handle, Family family) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = handles_.find(reinterpret_cast<uintptr_t>(handle));
   if (it == handles_.end() || it->second.family != family) return false;
@@ -76,7 +76,7 @@ Call::Call(Family family, const char* name, uint32_t function) : family_(family)
 uint64_t Call::newObjectId() { return ClientRuntime::get().newHandleId(); }
 
 void Call::handle(const void* h) {
-  HandleRegistry& handles = HandleRegistry::get();
+  LibraryHandles& handles = LibraryHandles::get();
   // cuBLAS documents that a cuBLAS handle also serves as a cuBLASLt handle.
   bool known = handles.find(h, family_).has_value() ||
                (family_ == Family::kCublasLt && handles.find(h, Family::kCublas).has_value());
@@ -91,7 +91,7 @@ void Call::stream(cudaStream_t s) {
 }
 
 void Call::scalar(const void* handle, const void* p, size_t size) {
-  auto state = HandleRegistry::get().find(handle, family_);
+  auto state = LibraryHandles::get().find(handle, family_);
   bool onDevice = state && state->pointerMode == CUBLAS_POINTER_MODE_DEVICE;
   if (onDevice) {
     args_.put(tally::library::ScalarPlace::kDevice);
@@ -107,7 +107,7 @@ void Call::scalar(const void* handle, const void* p, size_t size) {
 }
 
 void Call::scalarOut(const void* handle, void* p, size_t size) {
-  auto state = HandleRegistry::get().find(handle, family_);
+  auto state = LibraryHandles::get().find(handle, family_);
   if (state && state->pointerMode == CUBLAS_POINTER_MODE_DEVICE) {
     args_.put(tally::library::ScalarPlace::kDevice);
     device(p);
@@ -194,13 +194,13 @@ int Call::run(bool oneWayAllowed) {
 
 int createHandle(Family family, const char* name, bool withDefaultStream, uint64_t& out) {
   if (rt().ready() != CUDA_SUCCESS) return notInitializedStatus(family);
-  uint64_t id = HandleRegistry::get().add(HandleState{family});
+  uint64_t id = LibraryHandles::get().add(HandleState{family});
   Call c(family, name, tally::library::functionId(name));
   c.value(id);
   if (withDefaultStream) c.value(rt().streamId(nullptr));
   int status = c.run(false);
   if (status != successStatus()) {
-    HandleRegistry::get().remove(reinterpret_cast<void*>(id), family);
+    LibraryHandles::get().remove(reinterpret_cast<void*>(id), family);
     return status;
   }
   out = id;
@@ -208,7 +208,7 @@ int createHandle(Family family, const char* name, bool withDefaultStream, uint64
 }
 
 int destroyHandle(Family family, const char* name, const void* handle, int badHandle) {
-  if (!HandleRegistry::get().remove(handle, family)) return badHandle;
+  if (!LibraryHandles::get().remove(handle, family)) return badHandle;
   Call c(family, name, tally::library::functionId(name));
   c.value(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));  // no longer in the registry
   return c.run(true);
@@ -218,7 +218,7 @@ int setHandleStream(Family family, const char* name, const void* handle, cudaStr
   uint64_t id = rt().ready() == CUDA_SUCCESS ? rt().streamId(stream) : 0;
   if (id == 0) return invalidValueStatus(family);
   bool changed = false;
-  bool known = HandleRegistry::get().update(handle, family, [&](HandleState& s) {
+  bool known = LibraryHandles::get().update(handle, family, [&](HandleState& s) {
     changed = s.sentStream != id;
     s.stream = stream;
     s.sentStream = id;
@@ -233,7 +233,7 @@ int setHandleStream(Family family, const char* name, const void* handle, cudaStr
 
 int getHandleStream(Family family, const void* handle, cudaStream_t* stream, int badHandle) {
   if (stream == nullptr) return invalidValueStatus(family);
-  auto s = HandleRegistry::get().find(handle, family);
+  auto s = LibraryHandles::get().find(handle, family);
   if (!s) return badHandle;
   *stream = s->stream;
   return successStatus();

@@ -6,7 +6,7 @@
 //
 // Handles and descriptors the application holds are ids chosen here (never pointers into
 // tallyd); the client keeps what it must know about a handle (its pointer mode decides whether
-// alpha/beta are host bytes or device addresses) in the HandleState registry.
+// alpha/beta are host bytes or device addresses) in LibraryHandles.
 #pragma once
 
 #include "common/library/arg_buffer.h"
@@ -50,9 +50,9 @@ struct HandleState {
 };
 
 // Handles live until destroyed; ids are the values the application holds.
-class HandleRegistry {
+class LibraryHandles {
  public:
-  static HandleRegistry& get();
+  static LibraryHandles& get();
   uint64_t add(HandleState state);
   // A copy of the state, or nullopt for a value that is not a live handle of `family`.
   std::optional<HandleState> find(const void* handle, Family family);
@@ -92,11 +92,14 @@ class Call {
   // A descriptor created by this call: the id is chosen here and written to *out at once.
   template <typename T>
   void objectOut(T* out, uint32_t typeTag) {
+    (void)typeTag;  // checked by tallyd
     uint64_t fresh = newObjectId();
     args_.put(fresh);
-    if (out != nullptr) *out = reinterpret_cast<T>(static_cast<uintptr_t>(fresh));
-    if (out == nullptr) refuse();
-    (void)typeTag;
+    if (out == nullptr) {
+      refuse();
+    } else {
+      *out = reinterpret_cast<T>(static_cast<uintptr_t>(fresh));
+    }
   }
   void stream(cudaStream_t s);
   void device(const void* p) { args_.put(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p))); }

@@ -64,7 +64,7 @@ class LibraryCall {
   const void* arrayIn(int64_t count, size_t elementSize);
   void* arrayOut(int64_t count, size_t elementSize);
 
-  // --- outcome -----------------------------------------------------------------------------
+  // --- outcome (once every argument is read: an unread byte counts as malformed) ------------
   bool refused() const { return refused_ || args_.failed() || !args_.atEnd(); }
   int refusal();
   int missing() const;  // the library could not be loaded
