@@ -180,6 +180,8 @@ int Call::run(bool oneWayAllowed) {
   ReplyMessage reply;
   int status = static_cast<int>(rt().call(build, &reply));
   if (rt().connection().broken()) return executionFailedStatus(family_);
+  // A tallyd without this function answers in CUDA's terms.
+  if (status == CUDA_ERROR_NOT_SUPPORTED) return pick(family_, CUDNN_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_NOT_SUPPORTED);
   if (status != 0) return status;
   auto out = reply.reply();
   std::string bytes;

@@ -17,8 +17,8 @@ CUresult deferredErrorFor(library::Library lib, int status) {
 }
 
 // A GEMM or convolution goes through the scheduler as one unit, like a graph launch: a
-// best-effort tenant's waits its turn, a high-priority tenant's closes the gate. Set-up, queries
-// and work on a capturing stream (recorded, not run) go straight to the library.
+// best-effort tenant's waits its turn, a high-priority tenant's closes the gate. Set-up and
+// queries go straight to the library; work recorded into a capture is not tracked in flight.
 int run(CallContext& ctx, const library::Executor& executor, library::LibraryCall& c, gpu::Gpu& g) {
   scheduler::Policy* policy = ctx.services().policy;
   if (!executor.work || !ctx.oneWay() || policy == nullptr) return executor.run(c);
