@@ -37,6 +37,8 @@ struct Hello {
   clientHost @4 :Text;
   clientPid @5 :UInt32;
   cudaRuntimeVersion @6 :Int32;   # CUDART_VERSION the client was built against
+  restrictDevices @7 :Bool;       # CUDA_VISIBLE_DEVICES is set (false: every GPU of tallyd)
+  visibleDevices @8 :List(Text);  # its entries, split at commas: ordinals or GPU UUIDs
 }
 
 struct Welcome {

@@ -123,6 +123,23 @@ bool Connection::handshake(const std::string& tenantName, wire::PriorityClass pr
   hello.setClientHost(host);
   hello.setClientPid(static_cast<uint32_t>(::getpid()));
   hello.setCudaRuntimeVersion(CUDA_VERSION);
+  // The GPUs the application may see are chosen by tallyd (server/session/device_visibility.h).
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    std::vector<std::string> entries;
+    std::string entry;
+    for (const char* c = visible;; ++c) {
+      if (*c == ',' || *c == '\0') {
+        entries.push_back(entry);
+        entry.clear();
+        if (*c == '\0') break;
+      } else {
+        entry += *c;
+      }
+    }
+    hello.setRestrictDevices(true);
+    auto list = hello.initVisibleDevices(static_cast<unsigned>(entries.size()));
+    for (unsigned i = 0; i < entries.size(); ++i) list.set(i, entries[i]);
+  }
   if (const char* token = std::getenv("TALLY_TOKEN")) {
     hello.setAuthToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(token), std::strlen(token)));
   }

@@ -83,7 +83,10 @@ void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
   m->gpu->makeCurrent();
   CUfunction f = nullptr;
   if (CUresult r = cuModuleGetFunction(&f, m->module, args.getName().cStr()); r != CUDA_SUCCESS) return ctx.finish(r);
-  session::FunctionState state{m->gpu, f, paramLayout(f), 0};
+  session::FunctionState state;
+  state.gpu = m->gpu;
+  state.function = f;
+  state.params = paramLayout(f);
   state.module = args.getModule();
   state.profileKey = m->identity + "/" + args.getName().cStr();
   for (auto [offset, size] : state.params) state.paramBytes = std::max<size_t>(state.paramBytes, offset + size);

@@ -44,7 +44,7 @@ int create(LibraryCall& c) {
   if (fn == nullptr) return c.missing();
   cudnnBackendDescriptor_t d = nullptr;
   if (cudnnStatus_t st = fn(static_cast<cudnnBackendDescriptorType_t>(type), &d); st != CUDNN_STATUS_SUCCESS) return st;
-  if (!c.tenant().libraryObjects().insert(id, {kBackendType, d, &destroyDescriptor, &c.gpu(), 0})) {
+  if (!c.tenant().libraryObjects().insert(id, {kBackendType, d, &destroyDescriptor, &c.gpu(), 0, {}})) {
     destroyDescriptor(d);
     return CUDNN_STATUS_ALLOC_FAILED;
   }

@@ -176,7 +176,7 @@ int LibraryCall::missing() const { return notInitializedStatus(library_); }
 int LibraryCall::complete(int status) {
   if (status != 0) return status;
   for (const Pending& p : pending_) {
-    session::LibraryObject o{p.type, p.object, p.destroy, &gpu_, 0};
+    session::LibraryObject o{p.type, p.object, p.destroy, &gpu_, 0, {}};
     if (!tenant_.libraryObjects().insert(p.id, o)) {
       // The id was checked before the call: only a full table ends here.
       if (p.destroy != nullptr) p.destroy(p.object);
@@ -212,7 +212,7 @@ int createHandle(LibraryCall& c, const HandleOps& ops) {
   void* handle = nullptr;
   if (int status = ops.create(&handle); status != 0) return status;
   if (s != nullptr) ops.bindStream(handle, s->stream);
-  if (!c.tenant().libraryObjects().insert(id, {ops.type, handle, ops.destroy, &c.gpu(), defaultStream})) {
+  if (!c.tenant().libraryObjects().insert(id, {ops.type, handle, ops.destroy, &c.gpu(), defaultStream, {}})) {
     ops.destroy(handle);
     return ops.allocFailed;
   }

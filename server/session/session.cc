@@ -1,6 +1,7 @@
 #include "server/session/session.h"
 
 #include "common/trace/call_trace.h"
+#include "server/session/device_visibility.h"
 #include "schema/envelope.capnp.h"
 
 #include <capnp/message.h>
@@ -154,6 +155,16 @@ bool Session::handshake(frame::StreamReader& reader) {
   }
 }
 
+std::vector<gpu::Gpu*> Session::gpusFor(wire::Hello::Reader hello) const {
+  if (!hello.getRestrictDevices()) return services_.gpus;
+  std::vector<std::string> entries, uuids;
+  for (auto e : hello.getVisibleDevices()) entries.emplace_back(e.cStr());
+  for (gpu::Gpu* g : services_.gpus) uuids.push_back(g->description().uuid);
+  std::vector<gpu::Gpu*> out;
+  for (size_t i : visibleDevices(entries, uuids)) out.push_back(services_.gpus[i]);
+  return out;
+}
+
 bool Session::greet(frame::IncomingFrame& frame) {
   auto message = frame.message().getRoot<wire::ClientMessage>();
   if (!message.isHello() || frame.bulkBytes() != 0) {
@@ -185,7 +196,12 @@ bool Session::greet(frame::IncomingFrame& frame) {
     refuse("no GPU is visible to tallyd", fmt::format(" (tenant {})", admission->name));
     return false;
   }
-  tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, services_.gpus, admission->limits);
+  std::vector<gpu::Gpu*> gpus = gpusFor(hello);
+  if (gpus.empty()) {
+    refuse("CUDA_VISIBLE_DEVICES selects none of tallyd's GPUs", fmt::format(" (tenant {})", admission->name));
+    return false;
+  }
+  tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, gpus, admission->limits);
   if (services_.faults != nullptr) faultEvidence_ = services_.faults->enroll(tenantId_, admission->name);
   rateLimit_ = CallRateLimit(admission->limits.maxCallsPerSecond);
   if (services_.policy != nullptr) {
@@ -206,7 +222,7 @@ bool Session::greet(frame::IncomingFrame& frame) {
   cuDriverGetVersion(&driverVersion);
   welcome.setDriverVersion(driverVersion);
   welcome.setSharedHostMemory(peer_.unixSocket);
-  describeDevices(welcome, services_.gpus);
+  describeDevices(welcome, gpus);
   outbox_->send(reply);
   return true;
 }

@@ -64,6 +64,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   bool handshake(frame::StreamReader& reader);
   bool greet(frame::IncomingFrame& frame);
+  // tallyd's GPUs this client's CUDA_VISIBLE_DEVICES selects, in its order.
+  std::vector<gpu::Gpu*> gpusFor(wire::Hello::Reader hello) const;
   // Authentication, then the priority rule; refuses the peer (and returns nullopt) if either fails.
   std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);

@@ -243,7 +243,8 @@ CUresult StreamTable::createEvent(uint32_t device, uint64_t id, unsigned flags) 
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   if (CUresult r = admitEvent(id); r != CUDA_SUCCESS) return r;
   g->makeCurrent();
-  EventState e{g, nullptr};
+  EventState e;
+  e.gpu = g;
   // Interprocess events would leak the shared context to other processes.
   flags &= ~static_cast<unsigned>(CU_EVENT_INTERPROCESS);
   if (CUresult r = cuEventCreate(&e.event, flags); r != CUDA_SUCCESS) return r;

@@ -36,7 +36,7 @@ struct LibraryCallTest : testing::Test {
     tenant.libraryObjects().takeAll();
   }
   void own(uint64_t address, uint64_t size) { tenant.memory().addAllocation(address, size, fakeGpu()); }
-  void addObject(uint64_t id, uint32_t type) { ASSERT_TRUE(tenant.libraryObjects().insert(id, {type, reinterpret_cast<void*>(id), nullptr, nullptr, 0})); }
+  void addObject(uint64_t id, uint32_t type) { ASSERT_TRUE(tenant.libraryObjects().insert(id, {type, reinterpret_cast<void*>(id), nullptr, nullptr, 0, {}})); }
 };
 
 TEST_F(LibraryCallTest, AddressesMustBeTheTenantsMemory) {
@@ -87,7 +87,7 @@ TEST_F(LibraryCallTest, ObjectsAreNamedOnlyAsTheTypeTheyWereCreatedAs) {
 
 TEST_F(LibraryCallTest, AnotherTenantsHandleIdIsUnknownHere) {
   session::Tenant other{8, "tenant-8", session::PriorityClass::kBestEffort, {}};
-  ASSERT_TRUE(other.libraryObjects().insert(0x42, {kCublasHandleType, reinterpret_cast<void*>(1), nullptr, nullptr, 0}));
+  ASSERT_TRUE(other.libraryObjects().insert(0x42, {kCublasHandleType, reinterpret_cast<void*>(1), nullptr, nullptr, 0, {}}));
   args.put(uint64_t{0x42});
   LibraryCall c = call();
   EXPECT_EQ(c.handle(kCublasHandleType), nullptr);
@@ -183,9 +183,9 @@ TEST_F(LibraryCallTest, CreatedObjectsAreRegisteredOnlyWhenTheLibrarySucceeds) {
 
 TEST_F(LibraryCallTest, ObjectsAreReleasedNewestFirst) {
   session::LibraryObjectTable table;
-  ASSERT_TRUE(table.insert(30, {1, reinterpret_cast<void*>(30), nullptr, nullptr, 0}));
-  ASSERT_TRUE(table.insert(10, {1, reinterpret_cast<void*>(10), nullptr, nullptr, 0}));
-  ASSERT_TRUE(table.insert(20, {1, reinterpret_cast<void*>(20), nullptr, nullptr, 0}));
+  ASSERT_TRUE(table.insert(30, {1, reinterpret_cast<void*>(30), nullptr, nullptr, 0, {}}));
+  ASSERT_TRUE(table.insert(10, {1, reinterpret_cast<void*>(10), nullptr, nullptr, 0, {}}));
+  ASSERT_TRUE(table.insert(20, {1, reinterpret_cast<void*>(20), nullptr, nullptr, 0, {}}));
   ASSERT_TRUE(table.erase(10));
   std::vector<session::LibraryObject> all = table.takeAll();
   ASSERT_EQ(all.size(), 2u);
