@@ -12,6 +12,9 @@
 #include <cudnn.h>
 #include <gtest/gtest.h>
 
+#include <random>
+#include <set>
+
 namespace tally::server::library {
 namespace {
 
@@ -229,6 +232,48 @@ TEST(CudnnAttributes, ElementSizesFollowTheAttributeType) {
   EXPECT_EQ(kCudnnAttrVariantPackDataPointers, static_cast<uint32_t>(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS));
   EXPECT_EQ(kCudnnBackendVariantPack, static_cast<int32_t>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
   EXPECT_EQ(kCudnnBackendTensor, static_cast<int32_t>(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
+}
+
+}  // namespace
+}  // namespace tally::server::library
+
+namespace tally::server::library {
+namespace {
+
+// Random bytes as the arguments of every generated and hand-written executor, for a tenant that
+// owns nothing: every call must be refused or answered, never crash tallyd, and never reach the
+// library with a handle, descriptor or address that is not the tenant's (they are all refused
+// first). Seeded, so a failure repeats.
+TEST(LibraryExecutors, RandomArgumentsAreRefusedOrAnsweredNeverFatal) {
+  session::Tenant tenant{9, "tenant-9", session::PriorityClass::kBestEffort, {}};
+  std::mt19937_64 random(20261201);
+  size_t malformed = 0, refused = 0, calls = 0;
+  std::set<std::string> accepted;
+  for (const auto* table : {&generatedExecutors(), &cublasExecutors(), &cublasLtExecutors(), &cudnnExecutors(),
+                            &cudnnBackendExecutors()}) {
+    for (const Executor& e : *table) {
+      for (int round = 0; round < 20; ++round) {
+        std::string bytes(random() % 200, '\0');
+        for (char& b : bytes) b = static_cast<char>(random());
+        LibraryCall c(tenant, *reinterpret_cast<gpu::Gpu*>(uintptr_t{0x10}), libraryOf(e.name), e.name,
+                      ArgReader(bytes.data(), bytes.size()), [](uint64_t) { return static_cast<session::StreamState*>(nullptr); });
+        e.run(c);
+        ++calls;
+        malformed += c.malformed();
+        refused += c.refused();
+        if (!c.refused()) accepted.insert(e.name);
+      }
+    }
+  }
+  EXPECT_GT(calls, 10000u);
+  EXPECT_GT(malformed, 0u);
+  // What random bytes can make whole: creations under a fresh id (they name nothing of the
+  // tenant's); anything else accepting them would let garbage reach the library.
+  for (const std::string& name : accepted) {
+    EXPECT_NE(name.find("Create"), std::string::npos) << name << " accepted random arguments";
+  }
+  EXPECT_GE(refused + accepted.size() * 20, calls);
+  tenant.libraryObjects().takeAll();
 }
 
 }  // namespace
