@@ -243,18 +243,7 @@ def m_train_gpt2():
 
 
 def latency(torch, name, variant, fn):
-    for _ in range(env_int("INFER_WARMUP", 10)):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    requests = env_int("INFER_REQUESTS", 200)
-    before = COUNTERS.read()
-    for _ in range(requests):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    COUNTERS.measure(before, COUNTERS.read(), requests)
+    times = timed_steps(torch, fn, env_int("INFER_WARMUP", 10), env_int("INFER_REQUESTS", 200))
     emit(name, variant, "latency", stats(times, "ms", 1e3, p99=True))
 
 

@@ -22,17 +22,8 @@ namespace {
 
 using tally::testing::FakeTallyd;
 
-FakeTallyd* server = nullptr;
+FakeTallyd* const server = &tally::testing::processFakeTallyd();
 const size_t kPage = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-
-class FakeServerEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    server = new FakeTallyd();
-    ::setenv("TALLY_SERVER", server->endpoint().c_str(), 1);
-  }
-};
-const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new FakeServerEnvironment);
 
 void* pages(int protection) {
   void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

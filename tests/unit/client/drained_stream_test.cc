@@ -14,16 +14,7 @@ namespace {
 
 using tally::testing::FakeTallyd;
 
-FakeTallyd* server = nullptr;
-
-class FakeServerEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    server = new FakeTallyd();
-    ::setenv("TALLY_SERVER", server->endpoint().c_str(), 1);
-  }
-};
-const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new FakeServerEnvironment);
+FakeTallyd* const server = &tally::testing::processFakeTallyd();
 
 class DrainedStream : public ::testing::Test {
  protected:

@@ -1,5 +1,7 @@
 #include "fake_tallyd.h"
 
+#include <cstdlib>
+
 #include "common/frame/socket_io.h"
 #include "schema/envelope.capnp.h"
 
@@ -130,6 +132,15 @@ bool FakeTallyd::handleFrame(FrameView& view) {
     write(framed(message, bulk, static_cast<char>(0xAB)));
   }
   return true;
+}
+
+FakeTallyd& processFakeTallyd() {
+  static FakeTallyd* server = [] {
+    auto* s = new FakeTallyd();  // leaked: the client may still talk to it during exit
+    ::setenv("TALLY_SERVER", s->endpoint().c_str(), 1);
+    return s;
+  }();
+  return *server;
 }
 
 }  // namespace tally::testing

@@ -44,4 +44,8 @@ class FakeTallyd {
   std::thread thread_;
 };
 
+// The fake tallyd of this test process, with TALLY_SERVER pointing at it; created on first use,
+// which must come before the client's first CUDA call (it connects then).
+FakeTallyd& processFakeTallyd();
+
 }  // namespace tally::testing
