@@ -112,6 +112,8 @@ struct Call {
     memPool @46 :MemoryExt.MemPoolCall;
     virtualMemory @47 :MemoryExt.VirtualMemoryCall;
     ipc @48 :MemoryExt.IpcCall;
+
+    tensorMapEncodeTiled @49 :Module.TensorMapEncodeTiled;  # Reply.tensorMap
   }
 }
 
@@ -131,6 +133,7 @@ struct Reply {
     elapsedMs @9 :Float32;
     libraryOut @11 :Data;         # a library call's outputs, in parameter order
     graph @12 :Graph.GraphReply;  # graphGetNodes, graphKernelNodeGetParams
+    tensorMap @13 :Data;          # the 128 bytes of an encoded CUtensorMap
   }
 }
 

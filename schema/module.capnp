@@ -25,6 +25,23 @@ struct ModuleLoadResult {
   needImage @0 :Bool;             # server does not know this hash: resend with the image
 }
 
+struct TensorMapEncodeTiled {
+  # cuTensorMapEncodeTiled (TMA descriptors, Triton on Hopper): encoded by tallyd's driver, the
+  # 128 bytes come back in Reply.tensorMap. Lists have `rank` entries (strides rank - 1).
+  device @0 :UInt32;
+  dataType @1 :UInt32;
+  rank @2 :UInt32;
+  globalAddress @3 :UInt64;
+  globalDim @4 :List(UInt64);
+  globalStrides @5 :List(UInt64);
+  boxDim @6 :List(UInt32);
+  elementStrides @7 :List(UInt32);
+  interleave @8 :UInt32;
+  swizzle @9 :UInt32;
+  l2Promotion @10 :UInt32;
+  oobFill @11 :UInt32;
+}
+
 struct ModuleRef {
   module @0 :UInt64;
 }

@@ -213,6 +213,50 @@ TALLY_API CUresult cuModuleLoadFatBinary(CUmodule* module, const void* image) {
   return guardDriver(__func__, [&] { return loadModule(reinterpret_cast<ModuleHandle**>(module), image); });
 }
 
+// TMA descriptors (Triton on Hopper): encoded by tallyd's driver for the tenant's memory; the
+// 128 opaque bytes are the application's to pass to its kernels.
+TALLY_API CUresult cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUtensorMapDataType dataType, cuuint32_t rank,
+                                          void* globalAddress, const cuuint64_t* globalDim,
+                                          const cuuint64_t* globalStrides, const cuuint32_t* boxDim,
+                                          const cuuint32_t* elementStrides, CUtensorMapInterleave interleave,
+                                          CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+                                          CUtensorMapFloatOOBfill oobFill) {
+  return guardDriver(__func__, [&]() -> CUresult {
+    if (tensorMap == nullptr || rank == 0 || rank > 5 || globalDim == nullptr || boxDim == nullptr ||
+        elementStrides == nullptr || (rank > 1 && globalStrides == nullptr)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    ReplyMessage reply;
+    CUresult r = rt().call([&](wire::Call::Builder c) {
+      auto m = c.initTensorMapEncodeTiled();
+      m.setDevice(currentDevice());
+      m.setDataType(dataType);
+      m.setRank(rank);
+      m.setGlobalAddress(reinterpret_cast<uintptr_t>(globalAddress));
+      auto dims = m.initGlobalDim(rank);
+      auto strides = m.initGlobalStrides(rank - 1);
+      auto box = m.initBoxDim(rank);
+      auto element = m.initElementStrides(rank);
+      for (cuuint32_t i = 0; i < rank; ++i) {
+        dims.set(i, globalDim[i]);
+        box.set(i, boxDim[i]);
+        element.set(i, elementStrides[i]);
+        if (i + 1 < rank) strides.set(i, globalStrides[i]);
+      }
+      m.setInterleave(interleave);
+      m.setSwizzle(swizzle);
+      m.setL2Promotion(l2Promotion);
+      m.setOobFill(oobFill);
+    }, &reply);
+    if (r != CUDA_SUCCESS) return r;
+    if (!reply.reply().isTensorMap() || reply.reply().getTensorMap().size() != sizeof(CUtensorMap)) {
+      return CUDA_ERROR_UNKNOWN;
+    }
+    std::memcpy(tensorMap, reply.reply().getTensorMap().begin(), sizeof(CUtensorMap));
+    return CUDA_SUCCESS;
+  });
+}
+
 // A preference the driver may ignore (as cudaFuncSetCacheConfig here): checked, not forwarded.
 TALLY_API CUresult cuFuncSetCacheConfig(CUfunction function, CUfunc_cache) {
   return asFunction(function) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;

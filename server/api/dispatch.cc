@@ -166,7 +166,7 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
       handleStream(ctx, call);
       break;
     case W::MODULE_LOAD: case W::MODULE_UNLOAD: case W::MODULE_GET_FUNCTION: case W::MODULE_GET_GLOBAL:
-    case W::FUNC_SET_ATTRIBUTE: case W::OCCUPANCY:
+    case W::FUNC_SET_ATTRIBUTE: case W::OCCUPANCY: case W::TENSOR_MAP_ENCODE_TILED:
       handleModule(ctx, call);
       break;
     case W::LAUNCH_KERNEL:

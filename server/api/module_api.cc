@@ -167,6 +167,45 @@ void occupancy(CallContext& ctx, wire::Occupancy::Reader args) {
 
 }  // namespace
 
+namespace {
+
+// A TMA descriptor names a global address the GPU will read or write: it must be the tenant's
+// (checked at its base; a kernel can reach past it anyway, as with any pointer it is given).
+void encodeTensorMap(CallContext& ctx, wire::TensorMapEncodeTiled::Reader in) {
+  uint32_t rank = in.getRank();
+  if (rank == 0 || rank > 5 || in.getGlobalDim().size() != rank || in.getBoxDim().size() != rank ||
+      in.getElementStrides().size() != rank || in.getGlobalStrides().size() != rank - 1) {
+    return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  }
+  gpu::Gpu* g = ctx.tenant().memory().ownerOf(in.getGlobalAddress(), 1);
+  if (g == nullptr || g != ctx.tenant().gpu(in.getDevice())) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  cuuint64_t dims[5], strides[5];
+  cuuint32_t box[5], elementStrides[5];
+  for (uint32_t i = 0; i < rank; ++i) {
+    dims[i] = in.getGlobalDim()[i];
+    box[i] = in.getBoxDim()[i];
+    elementStrides[i] = in.getElementStrides()[i];
+    if (i + 1 < rank) strides[i] = in.getGlobalStrides()[i];
+  }
+  auto dataType = enumFromWire(in.getDataType(), static_cast<CUtensorMapDataType>(CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B + 1));
+  auto interleave = enumFromWire(in.getInterleave(), static_cast<CUtensorMapInterleave>(CU_TENSOR_MAP_INTERLEAVE_32B + 1));
+  auto swizzle = enumFromWire(in.getSwizzle(), static_cast<CUtensorMapSwizzle>(CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B + 1));
+  auto l2 = enumFromWire(in.getL2Promotion(), static_cast<CUtensorMapL2promotion>(CU_TENSOR_MAP_L2_PROMOTION_L2_256B + 1));
+  auto oob = enumFromWire(in.getOobFill(),
+                          static_cast<CUtensorMapFloatOOBfill>(CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA + 1));
+  if (!dataType || !interleave || !swizzle || !l2 || !oob) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  g->makeCurrent();
+  alignas(64) CUtensorMap map{};
+  CUresult r = cuTensorMapEncodeTiled(&map, *dataType, rank, reinterpret_cast<void*>(in.getGlobalAddress()), dims,
+                                      strides, box, elementStrides, *interleave, *swizzle, *l2, *oob);
+  if (r != CUDA_SUCCESS) return ctx.finish(r);
+  ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+    reply.setTensorMap(kj::arrayPtr(reinterpret_cast<const kj::byte*>(&map), sizeof map));
+  });
+}
+
+}  // namespace
+
 void handleModule(CallContext& ctx, wire::Call::Reader call) {
   switch (call.which()) {
     case wire::Call::MODULE_LOAD: return loadModule(ctx, call.getModuleLoad());
@@ -175,6 +214,7 @@ void handleModule(CallContext& ctx, wire::Call::Reader call) {
     case wire::Call::MODULE_GET_GLOBAL: return getGlobal(ctx, call.getModuleGetGlobal());
     case wire::Call::FUNC_SET_ATTRIBUTE: return setAttribute(ctx, call.getFuncSetAttribute());
     case wire::Call::OCCUPANCY: return occupancy(ctx, call.getOccupancy());
+    case wire::Call::TENSOR_MAP_ENCODE_TILED: return encodeTensorMap(ctx, call.getTensorMapEncodeTiled());
     default: return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
   }
 }

@@ -189,4 +189,20 @@ TEST(StreamCapture, CaptureModeIsPerThreadAndSwapped) {
   (void)cudaGetLastError();
 }
 
+TEST_F(BadInput, TensorMapsNeedAMapARankAndItsArrays) {
+  alignas(64) CUtensorMap map;
+  cuuint64_t dims[2] = {64, 64}, strides[1] = {256};
+  cuuint32_t box[2] = {16, 16}, elementStrides[2] = {1, 1};
+  auto encode = [&](CUtensorMap* m, cuuint32_t rank, const cuuint64_t* s) {
+    return cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, rank, device_, dims, s, box, elementStrides,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                  CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  EXPECT_EQ(encode(nullptr, 2, strides), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(&map, 0, strides), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(&map, 6, strides), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(&map, 2, nullptr), CUDA_ERROR_INVALID_VALUE);  // rank 2 needs one stride
+  expectNothingSentAndStillConnected();
+}
+
 }  // namespace
