@@ -21,7 +21,9 @@ int memfd(size_t bytes, bool seal) {
   int fd = ::memfd_create("tally-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   EXPECT_GE(fd, 0);
   EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
-  if (seal) EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  if (seal) {
+    EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  }
   return fd;
 }
 
