@@ -5,6 +5,8 @@
 #include "client/transport/host_memory.h"
 
 #include <cublas_api.h>
+#include <cstring>
+#include <mutex>
 #include <cudnn.h>
 #include <spdlog/spdlog.h>
 
@@ -27,6 +29,24 @@ bool readScalar(const void* p, size_t size, std::string& out) {
 // The two libraries' enums differ; each answer is the int of the caller's family.
 int pick(Family f, cudnnStatus_t cudnn, cublasStatus_t cublas) {
   return f == Family::kCudnn ? static_cast<int>(cudnn) : static_cast<int>(cublas);
+}
+
+// tallyd runs its own copy of the library; structures that travel by value (heuristic results,
+// perf results, algorithms) must have this client's layout: cuBLAS keeps it within a major
+// version, cuDNN is compared to the minor (its backend attributes grow between minors).
+void warnIfVersionDiffers(Family family, const std::string& reply) {
+  uint64_t server = 0;
+  if (reply.size() != sizeof server) return;
+  std::memcpy(&server, reply.data(), sizeof server);
+  uint64_t client = family == Family::kCudnn ? CUDNN_VERSION : CUBLAS_VERSION;
+  // Both encode major*10000 + minor*100 + patch.
+  uint64_t unit = family == Family::kCudnn ? 100 : 10000;
+  if (server / unit == client / unit) return;
+  static std::once_flag once[3];
+  std::call_once(once[static_cast<int>(family)], [&] {
+    spdlog::warn("tally: tallyd runs {} version {}, this client was built against {}; calls whose structures differ "
+                 "between versions may fail", family == Family::kCudnn ? "cuDNN" : "cuBLAS", server, client);
+  });
 }
 
 }  // namespace
@@ -205,6 +225,7 @@ int createHandle(Family family, const char* name, bool withDefaultStream, uint64
     LibraryHandles::get().remove(reinterpret_cast<void*>(id), family);
     return status;
   }
+  warnIfVersionDiffers(family, c.replyBytes());
   out = id;
   return status;
 }

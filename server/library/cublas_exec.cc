@@ -4,6 +4,7 @@
 #include "server/library/library_call.h"
 #include "server/session/tenant.h"
 
+#include <cublasLt.h>
 #include <cublas_api.h>
 #include <spdlog/spdlog.h>
 
@@ -27,7 +28,12 @@ int bindStream(void* h, CUstream s) {
   static auto* fn = cublas<decltype(&::cublasSetStream_v2)>("cublasSetStream_v2");
   return fn != nullptr ? fn(static_cast<cublasHandle_t>(h), reinterpret_cast<cudaStream_t>(s)) : CUBLAS_STATUS_NOT_INITIALIZED;
 }
-constexpr HandleOps kHandle{kCublasHandleType, &createReal, &destroyReal, &bindStream, CUBLAS_STATUS_ALLOC_FAILED};
+size_t version() {
+  static auto* fn = resolve<decltype(&::cublasLtGetVersion)>(Library::kCublasLt, "cublasLtGetVersion");
+  return fn != nullptr ? fn() : 0;
+}
+constexpr HandleOps kHandle{kCublasHandleType, &createReal, &destroyReal, &bindStream, CUBLAS_STATUS_ALLOC_FAILED,
+                            &version};
 
 int create(LibraryCall& c) { return createHandle(c, kHandle); }
 int destroy(LibraryCall& c) { return destroyHandle(c, kHandle); }

@@ -167,7 +167,12 @@ void destroyReal(void* h) {
   if (fn != nullptr) fn(static_cast<cublasLtHandle_t>(h));
 }
 // cuBLASLt handles have no stream: each matmul names its own.
-constexpr HandleOps kHandle{kCublasLtHandleType, &createReal, &destroyReal, nullptr, CUBLAS_STATUS_ALLOC_FAILED};
+size_t version() {
+  static auto* fn = lt<decltype(&::cublasLtGetVersion)>("cublasLtGetVersion");
+  return fn != nullptr ? fn() : 0;
+}
+constexpr HandleOps kHandle{kCublasLtHandleType, &createReal, &destroyReal, nullptr, CUBLAS_STATUS_ALLOC_FAILED,
+                            &version};
 
 int create(LibraryCall& c) { return createHandle(c, kHandle); }
 int destroy(LibraryCall& c) { return destroyHandle(c, kHandle); }

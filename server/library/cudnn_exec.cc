@@ -26,7 +26,12 @@ int bindStream(void* h, CUstream s) {
   static auto* fn = cudnn<decltype(&::cudnnSetStream)>("cudnnSetStream");
   return fn != nullptr ? fn(static_cast<cudnnHandle_t>(h), reinterpret_cast<cudaStream_t>(s)) : CUDNN_STATUS_NOT_INITIALIZED;
 }
-constexpr HandleOps kHandle{kCudnnHandleType, &createReal, &destroyReal, &bindStream, CUDNN_STATUS_ALLOC_FAILED};
+size_t version() {
+  static auto* fn = cudnn<decltype(&::cudnnGetVersion)>("cudnnGetVersion");
+  return fn != nullptr ? fn() : 0;
+}
+constexpr HandleOps kHandle{kCudnnHandleType, &createReal, &destroyReal, &bindStream, CUDNN_STATUS_ALLOC_FAILED,
+                            &version};
 
 int create(LibraryCall& c) { return createHandle(c, kHandle); }
 int destroy(LibraryCall& c) { return destroyHandle(c, kHandle); }

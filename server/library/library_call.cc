@@ -216,6 +216,7 @@ int createHandle(LibraryCall& c, const HandleOps& ops) {
     ops.destroy(handle);
     return ops.allocFailed;
   }
+  if (ops.version != nullptr) c.extraOutput().put(static_cast<uint64_t>(ops.version()));
   return 0;
 }
 

@@ -129,6 +129,9 @@ struct HandleOps {
   void (*destroy)(void* handle);
   int (*bindStream)(void* handle, CUstream stream);
   int allocFailed;  // the library's status for "no room for another handle"
+  // The library's version (cudnnGetVersion, cublasLtGetVersion), returned with a new handle so
+  // the client can warn when it was built against another; null: none returned.
+  size_t (*version)();
 };
 int createHandle(LibraryCall& c, const HandleOps& ops);
 int destroyHandle(LibraryCall& c, const HandleOps& ops);
