@@ -43,6 +43,20 @@
 
 static int g_failures = 0;
 
+// A driver function resolved as PyTorch resolves them: through the runtime, without linking
+// libcuda. Exits (1) when it is not found.
+template <typename Fn>
+static Fn driver_fn(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status));
+  if (status != cudaDriverEntryPointSuccess || fn == nullptr) {
+    std::printf("FATAL: %s not found\n", name);
+    std::exit(1);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
 // Record and print a named boolean check.
 static inline bool expect(bool ok, const char* what) {
   std::printf("check %-52s %s\n", what, ok ? "ok" : "FAILED");

@@ -153,18 +153,6 @@ static void created_pool() {
   CHECK(cudaStreamDestroy(s));
 }
 
-// Resolved as PyTorch resolves driver functions: through the runtime, without linking libcuda.
-template <typename Fn>
-static Fn driver_fn(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-  CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status));
-  if (status != cudaDriverEntryPointSuccess || fn == nullptr) {
-    std::printf("FATAL: %s not found\n", name);
-    std::exit(1);
-  }
-  return reinterpret_cast<Fn>(fn);
-}
 
 static void driver_entry_points() {
   auto memAllocAsync = driver_fn<CUresult (*)(CUdeviceptr*, size_t, CUstream)>("cuMemAllocAsync");

@@ -10,17 +10,6 @@
 
 #include "gpu_test_common.h"
 
-template <typename Fn>
-static Fn driver_fn(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-  CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status));
-  if (status != cudaDriverEntryPointSuccess || fn == nullptr) {
-    std::printf("FATAL: %s not found\n", name);
-    std::exit(1);
-  }
-  return reinterpret_cast<Fn>(fn);
-}
 
 #define DRV(call)                                                                     \
   do {                                                                                \
