@@ -156,21 +156,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "run_micro.sh: interrupted" >&2; exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-# True when something listens on 127.0.0.1:$1 (reads /proc, opens no connection).
-tcp_listening() {
-  local hex
-  hex=$(printf '%04X' "$1")
-  awk -v suffix=":$hex" 'substr($2, length($2) - 4) == suffix && $4 == "0A" { found = 1 }
-                         END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
+# tl_free_port, tl_tcp_listening
+# shellcheck source=../scripts/tally_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/tally_lib.sh"
 
 start_tallyd() {
   rm -f "$SOCK"
-  PORT=$(free_port) || return 1
+  PORT=$(tl_free_port) || return 1
   TALLYD_STARTS=$((TALLYD_STARTS + 1))
   echo "=== $(date -u +%H:%M:%S) starting tallyd (#$TALLYD_STARTS) on unix:$SOCK and tcp://127.0.0.1:$PORT" >>"$TALLYD_LOG"
   env -u LD_PRELOAD -u TALLY_SERVER "$TALLYD" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" \
@@ -183,7 +175,7 @@ start_tallyd() {
       TALLYD_PID=""
       return 1
     fi
-    if [ -S "$SOCK" ] && tcp_listening "$PORT"; then
+    if [ -S "$SOCK" ] && tl_tcp_listening "$PORT"; then
       sleep 0.2 # let it get from bind/listen to accepting
       return 0
     fi

@@ -24,8 +24,8 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
-# shellcheck source-path=SCRIPTDIR source=../../tests/pytorch/tally_lib.sh
-source "$SRC/tests/pytorch/tally_lib.sh"
+# shellcheck source-path=SCRIPTDIR source=../../scripts/tally_lib.sh
+source "$SRC/scripts/tally_lib.sh"
 
 [[ $# -eq 2 ]] || { sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "run.sh: build dir '$1' not found" >&2; exit 2; }

@@ -30,8 +30,8 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source-path=SCRIPTDIR source=tally_lib.sh
-source "$HERE/tally_lib.sh"
+# shellcheck source-path=SCRIPTDIR source=../../scripts/tally_lib.sh
+source "$HERE/../../scripts/tally_lib.sh"
 
 [[ $# -eq 1 ]] || { echo "usage: $0 <build dir>" >&2; exit 2; }
 [[ -d $1 ]] || { echo "error: build dir '$1' does not exist" >&2; exit 2; }

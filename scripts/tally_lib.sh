@@ -1,10 +1,11 @@
 # shellcheck shell=bash disable=SC2034  # sourced; the TL_ variables are for the caller
-# Shell helpers shared by tests/pytorch/run_suite.sh and bench/pytorch/run.sh (sourced, not run):
+# Shell helpers shared by tests/pytorch/run_suite.sh, bench/pytorch/run.sh and bench/run_micro.sh
+# (sourced, not run):
 # why a run must be skipped, starting/stopping a private tallyd, hiding the GPU from a client
 # (tests/gpu/hide_gpu.sh, as the GPU suite does) and the client's environment.
 # Globals it sets start with TL_.
 
-TL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TL_TALLYD_PID=""
 TL_PORT=""
 TL_HIDE=0
