@@ -32,7 +32,6 @@ void* LibraryCall::handle(uint32_t type) {
     refuse(fmt::format("handle {:#x} is not one of the tenant's", id));
     return nullptr;
   }
-  named_.push_back(id);
   // Re-resolved every time: a stream the application destroyed must not be reused through a
   // handle (its CUstream may be another tenant's by now).
   if (h->streamId != 0) {

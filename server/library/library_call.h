@@ -70,7 +70,7 @@ class LibraryCall {
   int missing() const;  // the library could not be loaded
   // Registers created objects when `status` is success; returns it.
   int complete(int status);
-  // The objects this call named are gone (a Destroy* succeeded).
+  // The descriptors this call named are gone (a Destroy* succeeded); handles are not touched.
   void forgetObjects();
 
   // --- for the hand-written executors and the dispatcher ------------------------------------
