@@ -16,6 +16,7 @@
 # Environment knobs:
 #   PYTORCH_SUITE_ONLY="a b"     run only these cases          PYTORCH_SUITE_SKIP="a b"  leave these out
 #   PYTORCH_SUITE_TCP=1          also run every case over TCP
+#   PYTORCH_SUITE_JOBS=1         cases run at once (each case's own runs stay in order)
 #   PYTORCH_SUITE_PAIR="resnet50 bert_base"  the two-tenant run: 1st high priority, 2nd best-effort ("" = none)
 #   PYTORCH_SUITE_TIMEOUT=300    limit per run in seconds (a case's "# suite-timeout: N" header wins)
 #   PYTORCH_SUITE_PYTHON=python3 interpreter with torch, torchvision, transformers
@@ -152,6 +153,8 @@ say "tallyd pid $TL_TALLYD_PID on unix:$SOCK and tcp://127.0.0.1:$TL_PORT ${TALL
 
 ensure_tallyd() {  # before a run through tallyd: restart it (recorded as a failure) if it died
   tl_tallyd_alive && return 0
+  # Cases running at once would each start one; only a serial suite restarts it.
+  ((${PYTORCH_SUITE_JOBS:-1} > 1)) && { record FAIL tallyd alive "" "tallyd had exited before $1 (see $TALLYD_LOG)"; return 1; }
   record FAIL tallyd alive "" "tallyd had exited before $1; restarting it (see $TALLYD_LOG)"
   tl_start_tallyd "$TALLYD" "$SOCK" "$TALLYD_LOG" "${TALLYD_EXTRA[@]}" 2>>"$LOG"
 }
@@ -265,7 +268,8 @@ watch_smi() {  # watch_smi <case> <transport>
 
 # ---------------------------------------------------------------- the runs
 SMI_CASE=${PYTORCH_SUITE_SMI_CASE-tensor_ops}
-for case in "${CASES[@]}"; do
+suite_case() {  # suite_case <case>: the native reference, then every transport
+  local case=$1 transport
   say "-- $case"
   run_case "$case" native
   if ! evaluate "$case" native; then
@@ -285,7 +289,25 @@ for case in "${CASES[@]}"; do
     evaluate "$case" "$transport"
     [[ $? -eq 3 ]] && native_repeat "$case"
   done
+}
+
+# Cases are independent processes with their own caches and results, so they may overlap
+# (PYTORCH_SUITE_JOBS); the verdicts are counted from results.tsv afterwards.
+JOBS=${PYTORCH_SUITE_JOBS:-1}
+for case in "${CASES[@]}"; do
+  if ((JOBS > 1)); then
+    while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
+    suite_case "$case" &
+  else
+    suite_case "$case"
+  fi
 done
+wait
+recount() {
+  PASS_N=$(grep -c '^PASS' "$RESULTS")
+  FAIL_N=$(grep -c '^FAIL' "$RESULTS")
+}
+recount
 
 # ---------------------------------------------------------------- two tenants at once
 read -r -a PAIR <<<"${PYTORCH_SUITE_PAIR-resnet50 bert_base}"
@@ -310,6 +332,7 @@ elif [[ ${#PAIR[@]} -ne 0 ]]; then
 fi
 
 # ---------------------------------------------------------------- summary
+recount
 tl_tallyd_alive || { record FAIL tallyd alive "" "tallyd exited during the suite"; tail -n 20 "$TALLYD_LOG" | indent; }
 say "results: $RES (suite.log, results.tsv, tallyd.log, runs/)"
 say "$PASS_N passed, $FAIL_N failed"
