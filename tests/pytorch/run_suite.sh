@@ -293,16 +293,25 @@ suite_case() {  # suite_case <case>: the native reference, then every transport
 
 # Cases are independent processes with their own caches and results, so they may overlap
 # (PYTORCH_SUITE_JOBS); the verdicts are counted from results.tsv afterwards.
+# (Waits name the case pids: tallyd is a background job of this shell too.)
 JOBS=${PYTORCH_SUITE_JOBS:-1}
+CASE_PIDS=()
 for case in "${CASES[@]}"; do
   if ((JOBS > 1)); then
-    while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
+    while true; do
+      running=()
+      for pid in "${CASE_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && running+=("$pid"); done
+      CASE_PIDS=("${running[@]}")
+      ((${#CASE_PIDS[@]} < JOBS)) && break
+      sleep 0.5
+    done
     suite_case "$case" &
+    CASE_PIDS+=($!)
   else
     suite_case "$case"
   fi
 done
-wait
+for pid in "${CASE_PIDS[@]}"; do wait "$pid"; done
 recount() {
   PASS_N=$(grep -c '^PASS' "$RESULTS")
   FAIL_N=$(grep -c '^FAIL' "$RESULTS")
@@ -317,13 +326,32 @@ if [[ ${#PAIR[@]} -eq 2 ]]; then
     [[ -f $RUNS/$c.native.rc ]] || { run_case "$c" native; evaluate "$c" native; }
   done
   if ensure_tallyd "the pair"; then
-    run_case "${PAIR[0]}" uds-pair-hp high &
+    # Both build their models, then meet (cases/suite_common.py), so that their GPU work overlaps.
+    mkdir -p "$TMPD/rendezvous"
+    SUITE_RENDEZVOUS="$TMPD/rendezvous:2" run_case "${PAIR[0]}" uds-pair-hp high &
     hp=$!
-    run_case "${PAIR[1]}" uds-pair-be best-effort &
+    SUITE_RENDEZVOUS="$TMPD/rendezvous:2" run_case "${PAIR[1]}" uds-pair-be best-effort &
     be=$!
     wait "$hp" "$be"
     evaluate "${PAIR[0]}" uds-pair-hp
     evaluate "${PAIR[1]}" uds-pair-be
+    overlap=$(python3 - "$RUNS/${PAIR[0]}.uds-pair-hp.out" "$RUNS/${PAIR[1]}.uds-pair-be.out" "$HERE" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+import compare
+w = []
+for f in sys.argv[1:3]:
+    d, _ = compare.load_result(f)
+    i = (d or {}).get("info", {})
+    w.append((i.get("work_began"), i.get("work_ended"), i.get("rendezvous")))
+if any(b is None or e is None for b, e, _ in w):
+    print("FAIL no work window in the results (%s)" % [r for _, _, r in w])
+else:
+    both = min(e for _, e, _ in w) - max(b for b, _, _ in w)
+    print(("PASS" if both > 0 else "FAIL") + " GPU work overlapped for %.1f s (rendezvous: %s)" % (both, ", ".join(str(r) for _, _, r in w)))
+PY
+)
+    record "${overlap%% *}" pair uds-overlap "" "${overlap#* }"
   else
     record FAIL pair uds "" "tallyd could not be restarted"
   fi

@@ -154,6 +154,19 @@ class Case:
                      "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
         self._ok = {}
         self._t0 = time.time()
+        self._rendezvous = os.environ.get("SUITE_RENDEZVOUS")  # "DIR:N", set by the suite's pair run
+
+    def _meet(self):
+        """Waits (at most 120 s) until N processes have built their models, so that the pair's
+        tenants run their GPU work at the same time; records when this process's work began."""
+        where, _, count = self._rendezvous.rpartition(":")
+        self._rendezvous = None
+        open(os.path.join(where, str(os.getpid())), "w").close()
+        deadline = time.time() + 120
+        while len(os.listdir(where)) < int(count) and time.time() < deadline:
+            time.sleep(0.05)
+        self.info["rendezvous"] = "met" if len(os.listdir(where)) >= int(count) else "timed out"
+        self.info["work_began"] = time.time()
 
     def step(self, name, fn, rtol=None, atol=None, needs=()):
         """Runs fn() as sub-step `name`; returns its result or None. `needs`: names of earlier
@@ -168,6 +181,8 @@ class Case:
             self._ok[name] = False
             print(f"[{self.name}] step {name}: {rec['error']}", file=sys.stderr)
             return None
+        if self._rendezvous and self.steps[:-1]:
+            self._meet()  # after the first step (building the model)
         t0 = time.perf_counter()
         value = None
         try:
@@ -201,6 +216,7 @@ class Case:
         """Prints the result line and returns the exit status (0 only if every step passed)."""
         self.add_versions()
         self.info["wall_s"] = round(time.time() - self._t0, 2)
+        self.info["work_ended"] = time.time()
         ok = bool(self.steps) and all(s["ok"] for s in self.steps)
         doc = {"case": self.name, "ok": ok, "info": self.info, "steps": self.steps}
         sys.stderr.flush()
