@@ -134,6 +134,11 @@ void trimTo(CallContext& ctx, wire::MemPoolTrim::Reader args) {
   session::MemPoolTable::Pool* p = poolFor(ctx, args.getPool());
   if (p == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   p->gpu->makeCurrent();
+  // The driver trims only memory whose asynchronous free it has seen complete from the host.
+  // The tenant's own syncs are answered from tallyd's completion words, which the driver does
+  // not see, so a query of each of its streams first lets finished frees count (a query, not a
+  // sync: a stream may wait for a host function this thread has to deliver).
+  for (session::StreamState* s : ctx.tenant().streams().streamsOf(p->gpu)) cuStreamQuery(s->stream);
   ctx.finish(cuMemPoolTrimTo(p->pool, args.getMinBytesToKeep()));
 }
 

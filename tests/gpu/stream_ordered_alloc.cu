@@ -97,24 +97,36 @@ static void default_pool_attributes() {
 
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
+  // Relative to what the pool holds already: natively a cudaFree of stream-ordered memory
+  // (ordered_on_streams) leaves 4 KiB counted as used on the H200's driver.
+  const uint64_t usedBefore = pool_u64(pool, cudaMemPoolAttrUsedMemCurrent);
   const size_t bytes = 64u << 20;
   void* p = nullptr;
   CHECK(cudaMallocAsync(&p, bytes, s));
   CHECK(cudaStreamSynchronize(s));
   uint64_t used = pool_u64(pool, cudaMemPoolAttrUsedMemCurrent);
   uint64_t reserved = pool_u64(pool, cudaMemPoolAttrReservedMemCurrent);
-  expect(used >= bytes, "used memory counts the allocation");
-  expect(reserved >= used, "reserved memory covers used memory");
+  std::fprintf(stderr, "before: used %llu; after a 64 MiB cudaMallocAsync: used %llu reserved %llu\n",
+               static_cast<unsigned long long>(usedBefore), static_cast<unsigned long long>(used),
+               static_cast<unsigned long long>(reserved));
+  expect(used >= usedBefore + bytes, "used memory counts the allocation");
+  expect(reserved >= bytes, "reserved memory covers the allocation");
   CHECK(cudaFreeAsync(p, s));
   CHECK(cudaStreamSynchronize(s));
-  expect(pool_u64(pool, cudaMemPoolAttrUsedMemCurrent) == 0, "used memory drops to 0 after the free");
-  expect(pool_u64(pool, cudaMemPoolAttrUsedMemHigh) >= bytes, "used high watermark remembers it");
+  std::fprintf(stderr, "after the free: used %llu reserved %llu used-high %llu\n",
+               static_cast<unsigned long long>(pool_u64(pool, cudaMemPoolAttrUsedMemCurrent)),
+               static_cast<unsigned long long>(pool_u64(pool, cudaMemPoolAttrReservedMemCurrent)),
+               static_cast<unsigned long long>(pool_u64(pool, cudaMemPoolAttrUsedMemHigh)));
+  expect(pool_u64(pool, cudaMemPoolAttrUsedMemCurrent) == usedBefore, "used memory drops back after the free");
+  expect(pool_u64(pool, cudaMemPoolAttrUsedMemHigh) >= usedBefore + bytes, "used high watermark remembers it");
   expect(pool_u64(pool, cudaMemPoolAttrReservedMemCurrent) >= bytes, "threshold UINT64_MAX keeps the memory");
   cuuint64_t zero = 0;
   CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
-  expect(pool_u64(pool, cudaMemPoolAttrUsedMemHigh) == 0, "used high watermark resets");
+  expect(pool_u64(pool, cudaMemPoolAttrUsedMemHigh) == usedBefore, "used high watermark resets to the current use");
   CHECK(cudaMemPoolTrimTo(pool, 0));
-  expect(pool_u64(pool, cudaMemPoolAttrReservedMemCurrent) == 0, "trim to 0 gives everything back");
+  std::fprintf(stderr, "after trim to 0: reserved %llu\n",
+               static_cast<unsigned long long>(pool_u64(pool, cudaMemPoolAttrReservedMemCurrent)));
+  expect(pool_u64(pool, cudaMemPoolAttrReservedMemCurrent) < bytes, "trim to 0 gives the freed memory back");
   CHECK(cudaStreamDestroy(s));
 }
 
