@@ -188,6 +188,37 @@ bool Call::scatterOutputs(const std::string& bytes) {
 int Call::run(bool oneWayAllowed) {
   if (refused_ != 0) return refused_ == -1 ? invalidValueStatus(family_) : refused_;
   if (rt().ready() != CUDA_SUCCESS) return notInitializedStatus(family_);
+  std::optional<std::string> key;
+  if (cacheRole_ == CacheRole::kSizeQuery) {
+    key = AnswerCache::get().key(function_, withoutIds(args_.bytes(), named_), named_);
+    std::optional<std::string> known = key ? AnswerCache::get().answer(*key) : std::nullopt;
+    if (known) return scatterOutputs(*known) ? successStatus() : invalidValueStatus(family_);
+  }
+  int status = send(oneWayAllowed);
+  if (status == successStatus()) noteForCache(key);
+  return status;
+}
+
+void Call::noteForCache(const std::optional<std::string>& key) {
+  switch (cacheRole_) {
+    case CacheRole::kSizeQuery:
+      if (key) AnswerCache::get().remember(*key, replyBytes_);
+      break;
+    case CacheRole::kSetsDescriptor:
+      if (!named_.empty()) {
+        AnswerCache::get().noteSet(named_.front().id, function_, withoutIds(args_.bytes(), named_),
+                                   std::span(named_).subspan(1));
+      }
+      break;
+    case CacheRole::kDestroysDescriptor:
+      if (!named_.empty()) AnswerCache::get().forget(named_.front().id);
+      break;
+    case CacheRole::kNone:
+      break;
+  }
+}
+
+int Call::send(bool oneWayAllowed) {
   auto build = [this](wire::Call::Builder call) {
     auto lib = call.initLibrary();
     lib.setFunction(function_);

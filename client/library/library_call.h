@@ -9,6 +9,7 @@
 // alpha/beta are host bytes or device addresses) in LibraryHandles.
 #pragma once
 
+#include "client/library/answer_cache.h"
 #include "common/library/arg_buffer.h"
 
 #include <cuda_runtime_api.h>
@@ -88,7 +89,10 @@ class Call {
   // A handle this client did not create (or destroyed) is refused here, with the status the
   // library gives a bad handle, before anything is sent.
   void handle(const void* h);
-  void object(const void* o, uint32_t /*typeTag: checked by tallyd*/) { args_.put(id(o)); }
+  void object(const void* o, uint32_t /*typeTag: checked by tallyd*/) {
+    named_.push_back({id(o), args_.bytes().size()});
+    args_.put(id(o));
+  }
   // A descriptor created by this call: the id is chosen here and written to *out at once.
   template <typename T>
   void objectOut(T* out, uint32_t typeTag) {
@@ -125,6 +129,8 @@ class Call {
   // Marks the call as refused before sending (a bad argument found here); run() then returns
   // `status` without a round trip.
   void refuse(int status = -1) { refused_ = status; }
+  // What this call does for the client's answer cache (the generator says; answer_cache.h).
+  void cacheRole(CacheRole role) { cacheRole_ = role; }
 
   // Sends the call; returns the library status. `oneWayAllowed`: no reply is needed unless the
   // call has outputs (its error then surfaces at the next synchronizing call).
@@ -138,6 +144,8 @@ class Call {
   static uint64_t id(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
   void putArray(const void* p, int64_t count, size_t elementSize);
   bool scatterOutputs(const std::string& bytes);
+  int send(bool oneWayAllowed);
+  void noteForCache(const std::optional<std::string>& key);
 
   Family family_;
   const char* name_;
@@ -146,6 +154,8 @@ class Call {
   std::vector<std::pair<void*, size_t>> outputs_;
   std::string replyBytes_;
   int refused_ = 0;
+  CacheRole cacheRole_ = CacheRole::kNone;
+  std::vector<NamedDescriptor> named_;
 };
 
 }  // namespace tally::client::library

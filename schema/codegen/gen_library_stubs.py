@@ -323,6 +323,35 @@ def is_work(fn: Function) -> bool:
     return one_way(fn) and "handle" in fn.kinds and not setting
 
 
+# cuDNN descriptor types whose state nothing but cudnnSet<...> calls changes: the client knows
+# one by its contents and answers size queries on them from its cache
+# (client/library/answer_cache.h). Dropout (cudnnRestoreDropoutDescriptor), RNN and backend
+# descriptors change in other ways and stay out.
+PLAIN_DESCRIPTORS = {"cudnnTensorDescriptor_t", "cudnnFilterDescriptor_t", "cudnnConvolutionDescriptor_t",
+                     "cudnnActivationDescriptor_t", "cudnnPoolingDescriptor_t"}
+SIZE_QUERY = re.compile(r"^cudnnGet\w*(WorkspaceSize|ReserveSpaceSize|SizeInBytes)$")
+
+
+def cache_role(fn: Function) -> str | None:
+    """The stub's CacheRole: a size query answered by arguments and plain descriptors alone,
+    a setter or destroyer of a plain descriptor, or None. Every call that changes a plain
+    descriptor must be a setter here (tests/unit/codegen checks it)."""
+    if fn.family != "cudnn" or not fn.kinds:
+        return None
+    kinds = [k.partition(":")[0] for k in fn.kinds]
+    objects = [p.base for p, k in zip(fn.params, kinds) if k == "object"]
+    first_plain = kinds[0] == "object" and fn.params[0].base in PLAIN_DESCRIPTORS
+    if (SIZE_QUERY.match(fn.name) and "hostOut" in kinds and set(objects) <= PLAIN_DESCRIPTORS
+            and set(kinds) <= {"handle", "value", "object", "arrayIn", "hostOut"}):
+        return "kSizeQuery"
+    # cudnnDerive*TensorDescriptor sets its first descriptor from the others it names.
+    if fn.name.startswith(("cudnnSet", "cudnnDerive")) and first_plain and one_way(fn):
+        return "kSetsDescriptor"
+    if fn.name.startswith("cudnnDestroy") and first_plain and len(kinds) == 1:
+        return "kDestroysDescriptor"
+    return None
+
+
 def param_list(fn: Function) -> str:
     return ", ".join(p.c_decl() for p in fn.params) if fn.params else "void"
 
@@ -370,6 +399,9 @@ def client_stub(fn: Function) -> str:
         call = CLIENT_CALLS[kind].format(name=p.name, tag=f"0x{fnv1a(p.base):08x}u", handle=handle, size=size,
                                          count=count)
         body.append(f"  tally_call.{call};")
+    role = cache_role(fn)
+    if role:
+        body.append(f"  tally_call.cacheRole(tally::client::library::CacheRole::{role});")
     body.append(f"  return static_cast<{fn.ret}>(tally_call.run({'true' if one_way(fn) else 'false'}));")
     return head + "\n".join(body) + "\n}\n"
 

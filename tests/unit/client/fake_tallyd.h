@@ -1,6 +1,7 @@
 // A tallyd stand-in for client tests without a GPU: one client on a Unix socket, a Welcome for
 // one fake device, a Reply (status 0) to every call that wants one; device-to-host copies get
-// their bytes (all 0xAB) as Reply bulk. It counts the calls it receives, so a test can assert
+// their bytes (all 0xAB) as Reply bulk, library calls 8 output bytes counting the library
+// round trips so far (1, 2, ...: no two answers alike). It counts the calls it receives, so a test can assert
 // that a refused call sent nothing, and can send HostFuncReady notices of its own choosing.
 #pragma once
 
@@ -40,6 +41,7 @@ class FakeTallyd {
   std::vector<uint64_t> hostFuncCallbacks_;
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> zeroBulkFrames_{0};
+  std::atomic<uint64_t> libraryRoundTrips_{0};
   std::atomic<uint64_t> nextAddress_{0x7f0000100000};
   std::thread thread_;
 };

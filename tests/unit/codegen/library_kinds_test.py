@@ -98,6 +98,24 @@ class Classification(unittest.TestCase):
             if name in FUNCTIONS and FUNCTIONS[name].kinds is not None:
                 self.assertFalse(gen.is_work(FUNCTIONS[name]), name)
 
+    def test_pytorchs_size_queries_are_answered_from_the_client_cache(self):
+        for name in ("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
+                     "cudnnGetBatchNormalizationBackwardExWorkspaceSize",
+                     "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
+                     "cudnnGetConvolutionForwardWorkspaceSize"):
+            self.assertEqual(gen.cache_role(FUNCTIONS[name]), "kSizeQuery", name)
+        # Not on plain descriptors only: the RNN's state changes outside cudnnSet* calls.
+        self.assertIsNone(gen.cache_role(FUNCTIONS["cudnnGetRNNTempSpaceSizes"]))
+
+    def test_every_call_that_changes_a_plain_descriptor_updates_its_cached_contents(self):
+        # A change the cache missed would answer later queries from stale contents.
+        for name, fn in FUNCTIONS.items():
+            if fn.family != "cudnn" or not fn.params or fn.params[0].base not in gen.PLAIN_DESCRIPTORS:
+                continue
+            if "Get" in name or name.startswith("cudnnCreate") or fn.kinds is None:
+                continue
+            self.assertIn(gen.cache_role(fn), ("kSetsDescriptor", "kDestroysDescriptor"), name)
+
     def test_ids_do_not_collide(self):
         ids = [gen.fnv1a(n) for n in FUNCTIONS]
         self.assertEqual(len(ids), len(set(ids)))
