@@ -31,6 +31,11 @@ cudaError_t guardRuntime(const char* api, Body&& body) {
 
 inline uint32_t currentDevice() { return static_cast<uint32_t>(threadState().device); }
 
+// device.cc: CUDA_ERROR_INVALID_DEVICE unless `ordinal` names one of the tenant's GPUs (or the
+// connection's error); a device-wide sync of the current device, for this tenant's work only.
+CUresult validDevice(int ordinal);
+CUresult synchronizeDevice();
+
 // Fills a wire Dim3 from x/y/z.
 template <typename Builder>
 void setDim3(Builder b, unsigned x, unsigned y, unsigned z) {

@@ -8,7 +8,7 @@
 
 using namespace tally::client;
 
-namespace {
+namespace tally::client {
 
 CUresult validDevice(int ordinal) {
   if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
@@ -21,6 +21,10 @@ CUresult synchronizeDevice() {
   if (CUresult r = captureTable().checkDeviceSync(currentDevice()); r != CUDA_SUCCESS) return r;
   return ClientRuntime::get().sync([](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(currentDevice()); });
 }
+
+}  // namespace tally::client
+
+namespace {
 
 CUresult setLimit(int limit, size_t value) {
   return ClientRuntime::get().call([&](wire::Call::Builder c) {
@@ -58,18 +62,6 @@ CUresult streamPriorityRange(int* least, int* greatest) {
   if (least != nullptr) *least = d.streamPriorityLeast;
   if (greatest != nullptr) *greatest = d.streamPriorityGreatest;
   return CUDA_SUCCESS;
-}
-
-// One fake context per device: the primary context tallyd shares among tenants.
-struct FakeContext {
-  int device;
-};
-FakeContext gContexts[kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
-
-CUcontext contextOf(int device) { return reinterpret_cast<CUcontext>(&gContexts[device]); }
-int deviceOfContext(CUcontext ctx) {
-  auto* c = reinterpret_cast<FakeContext*>(ctx);
-  return c >= gContexts && c < gContexts + kMaxDevices ? c->device : -1;
 }
 
 }  // namespace
@@ -259,83 +251,6 @@ TALLY_API CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice de
     *minor = ClientRuntime::get().device(device).minor;
     return CUDA_SUCCESS;
   });
-}
-
-TALLY_API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
-  return guardDriver(__func__, [&] {
-    if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
-    *ctx = contextOf(device);
-    return CUDA_SUCCESS;
-  });
-}
-
-TALLY_API CUresult cuDevicePrimaryCtxRelease(CUdevice device) { return validDevice(device); }
-TALLY_API CUresult cuDevicePrimaryCtxReset(CUdevice device) { return validDevice(device); }
-TALLY_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice device, unsigned int) { return validDevice(device); }
-
-TALLY_API CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags, int* active) {
-  return guardDriver(__func__, [&] {
-    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
-    if (flags != nullptr) *flags = 0;
-    if (active != nullptr) *active = 1;
-    return CUDA_SUCCESS;
-  });
-}
-
-TALLY_API CUresult cuCtxGetCurrent(CUcontext* ctx) {
-  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ThreadState& t = threadState();
-  *ctx = t.contextStack.empty() ? contextOf(t.device) : t.contextStack.back();
-  return CUDA_SUCCESS;
-}
-
-TALLY_API CUresult cuCtxSetCurrent(CUcontext ctx) {
-  if (ctx == nullptr) return CUDA_SUCCESS;
-  int device = deviceOfContext(ctx);
-  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
-  ThreadState& t = threadState();
-  t.device = device;
-  if (!t.contextStack.empty()) t.contextStack.back() = ctx;
-  return CUDA_SUCCESS;
-}
-
-TALLY_API CUresult cuCtxPushCurrent(CUcontext ctx) {
-  int device = deviceOfContext(ctx);
-  if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
-  ThreadState& t = threadState();
-  t.contextStack.push_back(ctx);
-  t.device = device;
-  return CUDA_SUCCESS;
-}
-
-TALLY_API CUresult cuCtxPopCurrent(CUcontext* ctx) {
-  ThreadState& t = threadState();
-  if (t.contextStack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (ctx != nullptr) *ctx = t.contextStack.back();
-  t.contextStack.pop_back();
-  if (!t.contextStack.empty()) t.device = deviceOfContext(t.contextStack.back());
-  return CUDA_SUCCESS;
-}
-
-TALLY_API CUresult cuCtxGetDevice(CUdevice* device) {
-  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *device = threadState().device;
-  return CUDA_SUCCESS;
-}
-
-TALLY_API CUresult cuCtxSynchronize() { return guardDriver(__func__, synchronizeDevice); }
-
-TALLY_API CUresult cuCtxGetApiVersion(CUcontext, unsigned int* version) {
-  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *version = 3020;
-  return CUDA_SUCCESS;
-}
-
-TALLY_API CUresult cuCtxGetFlags(unsigned int* flags) {
-  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *flags = 0;
-  return CUDA_SUCCESS;
 }
 
 TALLY_API CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {

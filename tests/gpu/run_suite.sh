@@ -42,7 +42,7 @@ ALL_PROGRAMS=(
   vector_add reduction_atomics grids_2d_3d dynamic_smem templates_structs symbols
   streams_events pinned_async host_threads driver_ptx error_cases memcpy_2d
   host_callbacks coop_launch_ex device_query large_transfers warp_ops kernel_printf
-  stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding
+  stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding driver_contexts
 )
 
 # ---------------------------------------------------------------- GPU present?
