@@ -5,31 +5,11 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "driver_kernels_ptx.h"  // generated: static const char kDriverKernelsPtx[]
-
-static int g_failures = 0;
-
-#define CU_CHECK(call)                                                                     \
-  do {                                                                                     \
-    CUresult cu_r_ = (call);                                                               \
-    if (cu_r_ != CUDA_SUCCESS) {                                                           \
-      const char* name_ = nullptr;                                                         \
-      cuGetErrorName(cu_r_, &name_);                                                       \
-      std::printf("FATAL line %d: %s -> %s\n", __LINE__, #call, name_ ? name_ : "?");      \
-      std::fflush(stdout);                                                                 \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-static void expect(bool ok, const char* what) {
-  std::printf("check %-56s %s\n", what, ok ? "ok" : "FAILED");
-  if (!ok) ++g_failures;
-}
+#include "gpu_test_common.h"      // CU_CHECK, expect, finish
 
 // iota_u64 through `fn` on the current context; true if every element is right.
 static bool iota(CUfunction fn, unsigned long long base, int n) {
@@ -99,6 +79,5 @@ int main() {
   CU_CHECK(cuModuleUnload(module));
   CU_CHECK(cuCtxDestroy(ctx));
   expect(cuCtxPushCurrent(ctx) == CUDA_ERROR_INVALID_CONTEXT, "a destroyed context cannot be pushed");
-  std::printf("RESULT driver_contexts: %s (%d checks failed)\n", g_failures == 0 ? "PASS" : "FAIL", g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return finish("driver_contexts");
 }

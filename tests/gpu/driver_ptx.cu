@@ -13,29 +13,7 @@
 #include <vector>
 
 #include "driver_kernels_ptx.h"  // generated: static const char kDriverKernelsPtx[]
-
-static int g_failures = 0;
-
-static const char* cu_err_name(CUresult r) {
-  const char* name = nullptr;
-  if (cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr) return "CUDA_ERROR_<unknown>";
-  return name;
-}
-
-#define CU_CHECK(call)                                                                 \
-  do {                                                                                 \
-    CUresult cu_r_ = (call);                                                           \
-    if (cu_r_ != CUDA_SUCCESS) {                                                       \
-      std::printf("FATAL line %d: %s -> %s\n", __LINE__, #call, cu_err_name(cu_r_));   \
-      std::fflush(stdout);                                                             \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-static void expect(bool ok, const char* what) {
-  std::printf("check %-52s %s\n", what, ok ? "ok" : "FAILED");
-  if (!ok) ++g_failures;
-}
+#include "gpu_test_common.h"      // CU_CHECK, expect, finish (no runtime-API calls among them)
 
 static uint64_t next_rand(uint64_t& s) {
   uint64_t z = (s += 0x9E3779B97F4A7C15ull);
@@ -239,10 +217,5 @@ int main() {
 
   CU_CHECK(cuCtxSynchronize());
   CU_CHECK(cuDevicePrimaryCtxRelease(dev));
-  if (g_failures == 0) {
-    std::printf("RESULT driver_ptx: PASS\n");
-  } else {
-    std::printf("RESULT driver_ptx: FAIL (%d checks failed)\n", g_failures);
-  }
-  return g_failures == 0 ? 0 : 1;
+  return finish("driver_ptx");
 }

@@ -5,6 +5,7 @@
 // Never print pointers, timings or cudaGetErrorString() text.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,6 +20,23 @@
     if (check_err_ != cudaSuccess) {                                                  \
       std::printf("FATAL line %d: %s -> %s\n", __LINE__, #call,                       \
                   cudaGetErrorName(check_err_));                                      \
+      std::fflush(stdout);                                                            \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+static inline const char* cu_err_name(CUresult r) {
+  const char* name = nullptr;
+  if (cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr) return "CUDA_ERROR_<unknown>";
+  return name;
+}
+
+// Abort the program (exit 1) when a CUDA driver call fails.
+#define CU_CHECK(call)                                                                \
+  do {                                                                                \
+    CUresult cu_r_ = (call);                                                          \
+    if (cu_r_ != CUDA_SUCCESS) {                                                      \
+      std::printf("FATAL line %d: %s -> %s\n", __LINE__, #call, cu_err_name(cu_r_));  \
       std::fflush(stdout);                                                            \
       std::exit(1);                                                                   \
     }                                                                                 \
