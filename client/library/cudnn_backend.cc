@@ -10,6 +10,7 @@
 // application finalized, and the pointers are sent at the variant pack's finalize, when its
 // unique ids are known whatever order they were set in.
 #include "client/api/api_util.h"
+#include "client/entry/not_supported.h"
 #include "client/library/library_call.h"
 #include "client/runtime/client_runtime.h"
 #include "client/transport/host_memory.h"
@@ -133,6 +134,14 @@ TALLY_API cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_
   }
   *descriptor = reinterpret_cast<cudnnBackendDescriptor_t>(id);
   return CUDNN_STATUS_SUCCESS;
+}
+
+// Re-initializes a descriptor in place: cuDNN 9 keeps it only for compatibility, and cudnn-frontend
+// and PyTorch never call it. Refused (logged once) rather than left to the application's own
+// cuDNN, which has no GPU to talk to.
+TALLY_API cudnnStatus_t cudnnBackendInitialize(cudnnBackendDescriptor_t) {
+  tally::client::reportNotSupported("cudnnBackendInitialize");
+  return CUDNN_STATUS_NOT_SUPPORTED;
 }
 
 TALLY_API cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {

@@ -299,6 +299,17 @@ def status_name_function(cublas: list[tuple[str, int]], cudnn: list[tuple[str, i
     return "\n".join(lines) + "\n"
 
 
+def decide(fn: Function, enums: set[str]) -> None:
+    """What becomes of a function that is not hand-written: classified (fn.kinds) and forwarded,
+    or left a NotSupported stub (kinds None, fn.reason) — cuBLASLt (hand-written client-side) and
+    REFUSED functions always. gen_compatibility.py reports the same verdict."""
+    if fn.family == "cublasLt" or fn.name in REFUSED:
+        fn.reason = fn.reason or ("cuBLASLt is forwarded by hand only" if fn.family == "cublasLt"
+                                  else "refused (host arrays or host results)")
+    else:
+        classify(fn, enums)
+
+
 def fnv1a(name: str) -> int:
     h = 0x811C9DC5
     for ch in name.encode():
@@ -509,10 +520,7 @@ def main() -> int:
         fn = functions[name]
         if name in HAND_WRITTEN:
             continue
-        if fn.family == "cublasLt" or name in REFUSED:
-            fn.reason = fn.reason or "hand-written or refused"
-        else:
-            classify(fn, enums)
+        decide(fn, enums)
         generated.append(fn)
 
     destroy = destroyers(list(functions.values()))
