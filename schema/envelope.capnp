@@ -114,6 +114,8 @@ struct Call {
     ipc @48 :MemoryExt.IpcCall;
 
     tensorMapEncodeTiled @49 :Module.TensorMapEncodeTiled;  # Reply.tensorMap
+
+    streamMemOps @50 :Stream.StreamMemOps;               # one-way, stream-ordered
   }
 }
 

@@ -64,3 +64,19 @@ struct HostFuncDone {
   stream @0 :UInt64;
   sequence @1 :UInt64;
 }
+
+struct StreamMemOp {
+  # One stream memory operation, as CUstreamBatchMemOpParams has it.
+  operation @0 :UInt32;           # CUstreamBatchMemOpType (CU_STREAM_MEM_OP_*)
+  address @1 :UInt64;             # device address of the word (wait/write operations)
+  value @2 :UInt64;               # the 32- or 64-bit operand
+  flags @3 :UInt32;               # CU_STREAM_WAIT_VALUE_* / CU_STREAM_WRITE_VALUE_* / barrier scope
+}
+
+struct StreamMemOps {
+  # cuStreamWaitValue32/64 and cuStreamWriteValue32/64 (one operation) and cuStreamBatchMemOp
+  # (several), one-way and stream-ordered like a memset. Every address must lie in memory the
+  # tenant may use; a refusal is the tenant's deferred CUDA_ERROR_INVALID_VALUE.
+  stream @0 :UInt64;
+  ops @1 :List(StreamMemOp);
+}

@@ -36,6 +36,9 @@ inline uint32_t currentDevice() { return static_cast<uint32_t>(threadState().dev
 CUresult validDevice(int ordinal);
 CUresult synchronizeDevice();
 
+// For the _ptsz exports: a null stream is the calling thread's default stream.
+inline CUstream perThreadDefault(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
+
 // Fills a wire Dim3 from x/y/z.
 template <typename Builder>
 void setDim3(Builder b, unsigned x, unsigned y, unsigned z) {

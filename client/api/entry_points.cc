@@ -1,6 +1,8 @@
 // How applications find driver functions without linking libcuda: cuGetProcAddress and the
-// runtime's cudaGetDriverEntryPoint* resolve to this library's own driver functions
-// (hand-written or generated NotSupported stubs), through the generated table.
+// runtime's cudaGetDriverEntryPoint* resolve to this library's own hand-written driver functions,
+// through the generated table. A function that is only a generated NotSupported stub is reported
+// not found, as a driver without it would: feature probes then take their fallback instead of
+// failing at the first call (client/entry/driver_proc.h says how a stub is recognised).
 #include "client/api/api_util.h"
 #include "client/entry/driver_proc.h"
 
@@ -11,6 +13,7 @@ namespace {
 CUresult lookup(const char* symbol, void** out, int version, bool perThread, CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const DriverProc* proc = findDriverProc(symbol, version, perThread);
+  if (proc != nullptr && !proc->implemented()) proc = nullptr;
   *out = proc != nullptr ? proc->fn : nullptr;
   if (status != nullptr) *status = proc != nullptr ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   return proc != nullptr ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;

@@ -211,9 +211,6 @@ CUresult trimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   });
 }
 
-// The _ptsz entry points: the null stream is the calling thread's default stream.
-CUstream perThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
-
 CUmemoryPool driverPool(cudaMemPool_t pool) { return reinterpret_cast<CUmemoryPool>(pool); }
 
 }  // namespace
@@ -225,7 +222,7 @@ TALLY_API cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stre
 }
 TALLY_API cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t stream) {
   return guardRuntime(__func__, [&] {
-    return allocAsync(reinterpret_cast<CUdeviceptr*>(ptr), size, nullptr, perThread(stream), true);
+    return allocAsync(reinterpret_cast<CUdeviceptr*>(ptr), size, nullptr, perThreadDefault(stream), true);
   });
 }
 TALLY_API cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
@@ -237,14 +234,14 @@ TALLY_API cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPo
 TALLY_API cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
   return guardRuntime(__func__, [&] {
     if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    return allocAsync(reinterpret_cast<CUdeviceptr*>(ptr), size, driverPool(pool), perThread(stream), true);
+    return allocAsync(reinterpret_cast<CUdeviceptr*>(ptr), size, driverPool(pool), perThreadDefault(stream), true);
   });
 }
 TALLY_API cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   return guardRuntime(__func__, [&] { return freeAsync(reinterpret_cast<CUdeviceptr>(ptr), stream, true); });
 }
 TALLY_API cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream) {
-  return guardRuntime(__func__, [&] { return freeAsync(reinterpret_cast<CUdeviceptr>(ptr), perThread(stream), true); });
+  return guardRuntime(__func__, [&] { return freeAsync(reinterpret_cast<CUdeviceptr>(ptr), perThreadDefault(stream), true); });
 }
 TALLY_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   return guardRuntime(__func__, [&] { return defaultPool(reinterpret_cast<CUmemoryPool*>(pool), device); });
@@ -280,7 +277,7 @@ TALLY_API CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t size, CUstream strea
   return guardDriver(__func__, [&] { return allocAsync(ptr, size, nullptr, stream, false); });
 }
 TALLY_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr* ptr, size_t size, CUstream stream) {
-  return guardDriver(__func__, [&] { return allocAsync(ptr, size, nullptr, perThread(stream), false); });
+  return guardDriver(__func__, [&] { return allocAsync(ptr, size, nullptr, perThreadDefault(stream), false); });
 }
 TALLY_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, size_t size, CUmemoryPool pool, CUstream stream) {
   return guardDriver(__func__, [&] {
@@ -289,14 +286,14 @@ TALLY_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, size_t size, CUmemo
 }
 TALLY_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* ptr, size_t size, CUmemoryPool pool, CUstream stream) {
   return guardDriver(__func__, [&] {
-    return pool == nullptr ? CUDA_ERROR_INVALID_VALUE : allocAsync(ptr, size, pool, perThread(stream), false);
+    return pool == nullptr ? CUDA_ERROR_INVALID_VALUE : allocAsync(ptr, size, pool, perThreadDefault(stream), false);
   });
 }
 TALLY_API CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
   return guardDriver(__func__, [&] { return freeAsync(ptr, stream, false); });
 }
 TALLY_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream) {
-  return guardDriver(__func__, [&] { return freeAsync(ptr, perThread(stream), false); });
+  return guardDriver(__func__, [&] { return freeAsync(ptr, perThreadDefault(stream), false); });
 }
 TALLY_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) {
   return guardDriver(__func__, [&] { return defaultPool(pool, device); });

@@ -2,13 +2,75 @@
 // behind PyTorch's expandable_segments (resolved through cudaGetDriverEntryPointByVersion).
 // Allocation handles are ids this client issues; tallyd keeps the driver's handles, the
 // reservations and the mappings, and checks that each names the tenant's own (docs/security.md).
+// The properties each handle was created with stay here, where the application gave them.
 #include "client/api/api_util.h"
+#include "client/entry/not_supported.h"
+
+#include <mutex>
+#include <optional>
+#include <unordered_map>
 
 using namespace tally::client;
 
 namespace {
 
 ClientRuntime& rt() { return ClientRuntime::get(); }
+
+// What cuMemCreate was given for each live handle (cuMemGetAllocationPropertiesFromHandle).
+// Counted as the driver counts a handle's references: cuMemCreate, each
+// cuMemRetainAllocationHandle and each mapping add one; cuMemRelease and cuMemUnmap drop one.
+// So a handle released while still mapped keeps its properties, and retaining it gives them back.
+class AllocationProperties {
+ public:
+  void created(CUmemGenericAllocationHandle handle, const CUmemAllocationProp& prop) {
+    std::lock_guard lock(mutex_);
+    entries_[handle] = Entry{prop, 1};
+  }
+  void retained(CUmemGenericAllocationHandle handle) {
+    std::lock_guard lock(mutex_);
+    if (auto it = entries_.find(handle); it != entries_.end()) ++it->second.references;
+  }
+  void released(CUmemGenericAllocationHandle handle) {
+    std::lock_guard lock(mutex_);
+    drop(handle);
+  }
+  void mapped(CUdeviceptr ptr, CUmemGenericAllocationHandle handle) {
+    std::lock_guard lock(mutex_);
+    if (auto it = entries_.find(handle); it != entries_.end()) {
+      ++it->second.references;
+      mappings_[ptr] = handle;
+    }
+  }
+  void unmapped(CUdeviceptr ptr) {
+    std::lock_guard lock(mutex_);
+    if (auto it = mappings_.find(ptr); it != mappings_.end()) {
+      drop(it->second);
+      mappings_.erase(it);
+    }
+  }
+  std::optional<CUmemAllocationProp> of(CUmemGenericAllocationHandle handle) {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(handle);
+    return it != entries_.end() ? std::optional(it->second.prop) : std::nullopt;
+  }
+
+ private:
+  struct Entry {
+    CUmemAllocationProp prop;
+    unsigned references;
+  };
+  void drop(CUmemGenericAllocationHandle handle) {
+    if (auto it = entries_.find(handle); it != entries_.end() && --it->second.references == 0) entries_.erase(it);
+  }
+  std::mutex mutex_;
+  std::unordered_map<CUmemGenericAllocationHandle, Entry> entries_;
+  std::unordered_map<CUdeviceptr, CUmemGenericAllocationHandle> mappings_;  // by mapping start
+};
+
+AllocationProperties& allocationProperties() {
+  static auto* properties = new AllocationProperties();  // never destroyed: exit-time calls may read it
+  return *properties;
+}
 
 // Device memory of one of tallyd's devices is all there is; exportable handle types are
 // dropped by tallyd (nothing is exported as a file descriptor).
@@ -45,13 +107,25 @@ CUresult create(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAl
     m.setSize(size);
     m.setGpuDirectRdmaCapable(prop->allocFlags.gpuDirectRDMACapable != 0);
   });
-  if (r == CUDA_SUCCESS) *handle = id;
-  return r;
+  if (r != CUDA_SUCCESS) return r;
+  *handle = id;
+  allocationProperties().created(id, *prop);
+  return CUDA_SUCCESS;
 }
 
 CUresult release(CUmemGenericAllocationHandle handle) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
-  return rt().call([&](wire::Call::Builder c) { c.initVirtualMemory().initRelease().setHandle(handle); });
+  CUresult r = rt().call([&](wire::Call::Builder c) { c.initVirtualMemory().initRelease().setHandle(handle); });
+  if (r == CUDA_SUCCESS) allocationProperties().released(handle);
+  return r;
+}
+
+CUresult propertiesOf(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::optional<CUmemAllocationProp> known = allocationProperties().of(handle);
+  if (!known) return CUDA_ERROR_INVALID_VALUE;
+  *prop = *known;
+  return CUDA_SUCCESS;
 }
 
 CUresult reserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr hint, unsigned long long flags) {
@@ -88,8 +162,10 @@ CUresult map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocation
     m.setOffset(offset);
     m.setHandle(handle);
   });
-  if (r == CUDA_SUCCESS) rt().addDeviceRegion(ptr, size, currentDevice());
-  return r;
+  if (r != CUDA_SUCCESS) return r;
+  rt().addDeviceRegion(ptr, size, currentDevice());
+  allocationProperties().mapped(ptr, handle);
+  return CUDA_SUCCESS;
 }
 
 CUresult unmap(CUdeviceptr ptr, size_t size) {
@@ -99,6 +175,7 @@ CUresult unmap(CUdeviceptr ptr, size_t size) {
     auto region = rt().findDeviceRegion(at);
     if (!region || region->first != at || region->second.size == 0) break;
     rt().removeDeviceRegion(at);
+    allocationProperties().unmapped(at);
     at += region->second.size;
   }
   return CUDA_SUCCESS;
@@ -145,8 +222,18 @@ CUresult retain(CUmemGenericAllocationHandle* handle, void* addr) {
   CUresult r = rt().call([&](wire::Call::Builder c) {
     c.initVirtualMemory().initRetainHandle().setPtr(reinterpret_cast<uint64_t>(addr));
   }, &reply);
-  if (r == CUDA_SUCCESS) *handle = reply.reply().getValue();
-  return r;
+  if (r != CUDA_SUCCESS) return r;
+  *handle = reply.reply().getValue();
+  allocationProperties().retained(*handle);
+  return CUDA_SUCCESS;
+}
+
+// Sharing an allocation with another process through a file descriptor or fabric handle: tallyd
+// exports nothing (its tenants share memory by CUDA IPC instead). Natively a handle type the
+// allocation was not created for gets the same answer.
+CUresult shareableHandlesNotSupported(const char* api) {
+  reportNotSupported(api);
+  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 }  // namespace
@@ -184,4 +271,15 @@ TALLY_API CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation
 }
 TALLY_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   return guardDriver(__func__, [&] { return retain(handle, addr); });
+}
+TALLY_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                          CUmemGenericAllocationHandle handle) {
+  return guardDriver(__func__, [&] { return propertiesOf(prop, handle); });
+}
+TALLY_API CUresult cuMemExportToShareableHandle(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                                unsigned long long) {
+  return shareableHandlesNotSupported(__func__);
+}
+TALLY_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle*, void*, CUmemAllocationHandleType) {
+  return shareableHandlesNotSupported(__func__);
 }

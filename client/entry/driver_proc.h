@@ -10,6 +10,13 @@
 
 namespace tally::client {
 
+// How a generated stub is told from an implementation at run time: the generator emits every
+// stub as a hidden function tally_stub_<export> and the export itself as a weak alias of it
+// (__attribute__((weak, alias))). A hand-written strong definition (TALLY_API) of the export
+// replaces the alias at link time, while the hidden stub stays where it was; so an export whose
+// resolved address equals its own stub's is not implemented. Both addresses are taken in the
+// generated tables (`fn`, `stub`), so no symbol lookup happens at run time.
+
 // One exported generation of a driver entry point.
 //   name            base name as passed to cuGetProcAddress ("cuMemAlloc")
 //   sinceVersion    CUDA version that introduced this generation (the N of
@@ -18,11 +25,15 @@ namespace tally::client {
 //   fn              address of the exported symbol (cuMemAlloc_v2, ...): the
 //                   hand-written strong definition if one is linked in,
 //                   otherwise the generated weak NotSupported stub
+//   stub            address of that export's own generated stub
 struct DriverProc {
   const char* name;
   int sinceVersion;
   bool perThreadStream;
   void* fn;
+  void* stub;
+  // A hand-written definition replaced the stub (cuGetProcAddress reports the others not found).
+  bool implemented() const { return fn != stub; }
 };
 
 // cuGetProcAddress semantics: the entry for `name` with the largest
@@ -36,10 +47,13 @@ const DriverProc* findDriverProc(std::string_view name, int cudaVersion, bool pe
 // The whole table, sorted by (name, sinceVersion, perThreadStream).
 std::span<const DriverProc> driverProcTable();
 
-// Every generated weak stub (name, address as resolved by the link).
+// Every generated weak stub: the export's name, its address as resolved by the link, and the
+// stub's own address (equal to fn unless a strong definition replaced the stub).
 struct GeneratedStub {
   const char* name;
   void* fn;
+  void* stub;
+  bool implemented() const { return fn != stub; }
 };
 std::span<const GeneratedStub> generatedRuntimeStubs();  // cudaError_t functions of cuda_runtime_api.h
 std::span<const GeneratedStub> generatedDriverStubs();   // CUresult exports of cuda.h / cudaTypedefs.h

@@ -162,7 +162,7 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
     case W::STREAM_CREATE: case W::STREAM_DESTROY: case W::STREAM_SYNCHRONIZE: case W::STREAM_QUERY:
     case W::STREAM_WAIT_EVENT: case W::EVENT_CREATE: case W::EVENT_DESTROY: case W::EVENT_RECORD:
     case W::EVENT_QUERY: case W::EVENT_SYNCHRONIZE: case W::EVENT_ELAPSED_TIME: case W::HOST_FUNC:
-    case W::HOST_FUNC_DONE:
+    case W::HOST_FUNC_DONE: case W::STREAM_MEM_OPS:
       handleStream(ctx, call);
       break;
     case W::MODULE_LOAD: case W::MODULE_UNLOAD: case W::MODULE_GET_FUNCTION: case W::MODULE_GET_GLOBAL:

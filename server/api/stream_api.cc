@@ -1,8 +1,13 @@
 // Streams, events, syncs and host callbacks. Nothing here blocks the session thread on the
 // GPU: every wait becomes an event watched by the device's completion queue.
+#include "common/stream/stream_mem_ops.h"
 #include "server/api/call_context.h"
 
+#include <spdlog/spdlog.h>
+
 #include <atomic>
+#include <string>
+#include <vector>
 
 namespace tally::server::api {
 
@@ -155,6 +160,79 @@ void hostFuncDone(CallContext& ctx, wire::HostFuncDone::Reader args) {
   ctx.finish(CUDA_SUCCESS);
 }
 
+// --- stream memory operations (cuStreamWaitValue*, cuStreamWriteValue*, cuStreamBatchMemOp) ---
+
+// Why the tenant may not run `op` (empty: it may): the driver's rules, and a word that lies in
+// memory the tenant may use, as for a memset.
+std::string memOpProblem(const session::Tenant& t, wire::StreamMemOp::Reader op) {
+  if (!stream::memOpWellFormed(op.getOperation(), op.getFlags(), op.getAddress())) {
+    return "unknown operation or flags, or a null or misaligned address";
+  }
+  size_t bytes = *stream::memOpWordBytes(op.getOperation(), op.getFlags());
+  if (bytes != 0 && t.memory().ownerOf(op.getAddress(), bytes) == nullptr) return "not memory of this tenant";
+  return {};
+}
+
+CUstreamBatchMemOpParams driverMemOp(wire::StreamMemOp::Reader op) {
+  CUstreamBatchMemOpParams p{};
+  p.operation = static_cast<CUstreamBatchMemOpType>(op.getOperation());
+  switch (p.operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32: case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+      p.waitValue.address = op.getAddress();
+      p.waitValue.value64 = op.getValue();
+      p.waitValue.flags = op.getFlags();
+      break;
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32: case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+      p.writeValue.address = op.getAddress();
+      p.writeValue.value64 = op.getValue();
+      p.writeValue.flags = op.getFlags();
+      break;
+    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES: p.flushRemoteWrites.flags = op.getFlags(); break;
+    default: p.memoryBarrier.flags = op.getFlags(); break;
+  }
+  return p;
+}
+
+// A single wait or write goes through its own driver function, as the application called it;
+// anything else (several operations, flush, barrier) through cuStreamBatchMemOp.
+CUresult enqueueMemOps(CUstream stream, std::vector<CUstreamBatchMemOpParams>& ops) {
+  if (ops.size() == 1) {
+    const CUstreamBatchMemOpParams& p = ops[0];
+    switch (p.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        return cuStreamWaitValue32(stream, p.waitValue.address, p.waitValue.value, p.waitValue.flags);
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        return cuStreamWaitValue64(stream, p.waitValue.address, p.waitValue.value64, p.waitValue.flags);
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        return cuStreamWriteValue32(stream, p.writeValue.address, p.writeValue.value, p.writeValue.flags);
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        return cuStreamWriteValue64(stream, p.writeValue.address, p.writeValue.value64, p.writeValue.flags);
+      default: break;
+    }
+  }
+  return cuStreamBatchMemOp(stream, static_cast<unsigned>(ops.size()), ops.data(), 0);
+}
+
+// Checked whole before anything is enqueued: a refused batch runs none of its operations.
+void streamMemOps(CallContext& ctx, wire::StreamMemOps::Reader args) {
+  const session::Tenant& t = ctx.tenant();
+  auto ops = args.getOps();
+  if (ops.size() == 0 || ops.size() > stream::kMaxBatchMemOps) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  std::vector<CUstreamBatchMemOpParams> params;
+  params.reserve(ops.size());
+  for (auto op : ops) {
+    if (std::string why = memOpProblem(t, op); !why.empty()) {
+      spdlog::warn("tenant {} ({}): stream memory operation {} (flags 0x{:x}) at 0x{:x} on stream {} refused: {}",
+                   t.id(), t.name(), op.getOperation(), op.getFlags(), op.getAddress(), args.getStream(), why);
+      return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+    }
+    params.push_back(driverMemOp(op));
+  }
+  session::StreamState* s = streamForWork(ctx, args.getStream());
+  if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  ctx.finish(enqueueMemOps(s->stream, params));
+}
+
 }  // namespace
 
 void handleStream(CallContext& ctx, wire::Call::Reader call) {
@@ -179,6 +257,7 @@ void handleStream(CallContext& ctx, wire::Call::Reader call) {
     case wire::Call::EVENT_ELAPSED_TIME: return elapsedTime(ctx, call.getEventElapsedTime());
     case wire::Call::HOST_FUNC: return hostFunc(ctx, call.getHostFunc());
     case wire::Call::HOST_FUNC_DONE: return hostFuncDone(ctx, call.getHostFuncDone());
+    case wire::Call::STREAM_MEM_OPS: return streamMemOps(ctx, call.getStreamMemOps());
     default: return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
   }
 }

@@ -6,7 +6,9 @@
 //  - ids are the tenant's own and validated (another tenant's graph id is unknown here);
 //  - calls that must not run on a capturing stream get the native error and invalidate it;
 //  - a tenant that leaves mid-capture, with graphs and executable graphs, leaves none behind;
-//  - under the priority scheduler, a high-priority and a best-effort tenant both capture.
+//  - under the priority scheduler, a high-priority and a best-effort tenant both capture;
+//  - stream memory operations (cuStreamWriteValue32 ...) run on the tenant's own memory only,
+//    on the same harness.
 #include "common/frame/frame.h"
 #include "common/frame/socket_io.h"
 #include "common/hash/content_hash.h"
@@ -233,6 +235,17 @@ class Tenant {
       auto l = c.initGraphLaunch();
       l.setExec(exec);
       l.setStream(stream);
+    });
+  }
+  // One-way stream memory operation (schema/stream.capnp StreamMemOps) of one write.
+  void writeValue32(uint64_t stream, uint64_t address, uint32_t value) {
+    post([&](wire::Call::Builder c) {
+      auto m = c.initStreamMemOps();
+      m.setStream(stream);
+      auto op = m.initOps(1)[0];
+      op.setOperation(CU_STREAM_MEM_OP_WRITE_VALUE_32);
+      op.setAddress(address);
+      op.setValue(value);
     });
   }
   Answer synchronize(uint64_t stream) {
@@ -660,6 +673,32 @@ TEST(GraphSession, HighPriorityAndBestEffortTenantsCaptureUnderThePriorityPolicy
     EXPECT_EQ(t->read(counter), 10u);
     EXPECT_EQ(t->read(counter + 8), 7u);
   }
+}
+
+// --- stream memory operations ----------------------------------------------------------------------
+
+TEST(StreamMemOpsSession, AWriteToTheTenantsOwnMemoryRuns) {
+  Tenant t(server());
+  uint64_t word = t.prepare();
+  t.writeValue32(kStream, word, 0x1234);
+  Answer synced = t.synchronize(kStream);
+  EXPECT_EQ(synced.status, CUDA_SUCCESS);
+  EXPECT_EQ(synced.deferred, CUDA_SUCCESS);
+  EXPECT_EQ(t.read(word), 0x1234u);
+}
+
+TEST(StreamMemOpsSession, AWriteToAnotherTenantsMemoryIsRefused) {
+  Tenant owner(server());
+  uint64_t theirs = owner.prepare();
+  Tenant intruder(server());
+  intruder.prepare();
+  intruder.writeValue32(kLegacy, theirs, 0xdead);
+  Answer synced = intruder.synchronize(kLegacy);
+  EXPECT_EQ(synced.status, CUDA_SUCCESS);
+  EXPECT_EQ(synced.deferred, CUDA_ERROR_INVALID_VALUE);  // the one-way call's refusal, at the next sync
+  EXPECT_EQ(owner.read(theirs), 0u);                     // never executed
+  intruder.writeValue32(kLegacy, theirs + 2, 1);         // misaligned, even if it were the tenant's
+  EXPECT_EQ(intruder.synchronize(kLegacy).deferred, CUDA_ERROR_INVALID_VALUE);
 }
 
 }  // namespace

@@ -75,6 +75,29 @@ std::vector<uint64_t> FakeTallyd::hostFuncCallbacks() {
   return hostFuncCallbacks_;
 }
 
+uint64_t FakeTallyd::callsOf(wire::Call::Which kind) {
+  std::lock_guard lock(stateMutex_);
+  auto it = callsByKind_.find(kind);
+  return it != callsByKind_.end() ? it->second : 0;
+}
+
+std::vector<FakeTallyd::MemOp> FakeTallyd::lastStreamMemOps() {
+  std::lock_guard lock(stateMutex_);
+  return lastStreamMemOps_;
+}
+
+void FakeTallyd::record(wire::Call::Reader call) {
+  std::lock_guard lock(stateMutex_);
+  ++callsByKind_[call.which()];
+  if (call.isHostFunc()) hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
+  if (call.isStreamMemOps()) {
+    lastStreamMemOps_.clear();
+    for (auto op : call.getStreamMemOps().getOps()) {
+      lastStreamMemOps_.push_back({op.getOperation(), op.getAddress(), op.getValue(), op.getFlags()});
+    }
+  }
+}
+
 void FakeTallyd::write(const std::vector<char>& bytes) {
   std::lock_guard lock(writeMutex_);
   iovec part{const_cast<char*>(bytes.data()), bytes.size()};
@@ -114,11 +137,8 @@ bool FakeTallyd::handleFrame(FrameView& view) {
     ++zeroBulkFrames_;
   }
   for (auto call : root.getCalls()) {
+    record(call);
     ++calls_;
-    if (call.isHostFunc()) {
-      std::lock_guard lock(stateMutex_);
-      hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
-    }
     if (call.getId() == 0) continue;
     capnp::MallocMessageBuilder message;
     auto reply = message.initRoot<wire::ServerMessage>().initReply();

@@ -2,11 +2,14 @@
 // one fake device, a Reply (status 0) to every call that wants one; device-to-host copies get
 // their bytes (all 0xAB) as Reply bulk, library calls 8 output bytes counting the library
 // round trips so far (1, 2, ...: no two answers alike). It counts the calls it receives, so a test can assert
-// that a refused call sent nothing, and can send HostFuncReady notices of its own choosing.
+// that a refused call sent nothing (in all, or of one kind), and can send HostFuncReady notices of its own choosing.
 #pragma once
+
+#include "schema/envelope.capnp.h"
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -23,6 +26,16 @@ class FakeTallyd {
   // Calls received so far (one-way and round trips), and frames whose bulk was all zeros.
   uint64_t calls() const { return calls_.load(); }
   uint64_t zeroBulkFrames() const { return zeroBulkFrames_.load(); }
+  // Calls of one kind received so far.
+  uint64_t callsOf(wire::Call::Which kind);
+  // The operations of the last StreamMemOps call.
+  struct MemOp {
+    uint32_t operation;
+    uint64_t address;
+    uint64_t value;
+    uint32_t flags;
+  };
+  std::vector<MemOp> lastStreamMemOps();
   // Callback ids the client sent in HostFunc calls.
   std::vector<uint64_t> hostFuncCallbacks();
   // Sends HostFuncReady naming `callback` on `stream`.
@@ -31,6 +44,7 @@ class FakeTallyd {
  private:
   void serve();
   bool handleFrame(class FrameView& frame);
+  void record(wire::Call::Reader call);
   void write(const std::vector<char>& bytes);
 
   std::string path_;
@@ -39,6 +53,8 @@ class FakeTallyd {
   std::mutex writeMutex_;
   std::mutex stateMutex_;
   std::vector<uint64_t> hostFuncCallbacks_;
+  std::map<wire::Call::Which, uint64_t> callsByKind_;
+  std::vector<MemOp> lastStreamMemOps_;
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> zeroBulkFrames_{0};
   std::atomic<uint64_t> libraryRoundTrips_{0};

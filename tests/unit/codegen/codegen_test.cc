@@ -187,6 +187,9 @@ TEST(WeakStubs, StrongDefinitionsOverride) {
   const auto* p = findDriverProc("cuDeviceGetCount", 13000, false);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->fn, addr(&cuDeviceGetCount));
+  EXPECT_TRUE(p->implemented());  // its stub is still there, at another address
+  EXPECT_NE(p->stub, p->fn);
+  EXPECT_FALSE(findDriverProc("cuGraphCreate", 13000, false)->implemented());
   int n = 0;
   EXPECT_EQ(reinterpret_cast<PFN_cuDeviceGetCount_v2000>(p->fn)(&n), CUDA_SUCCESS);
   EXPECT_EQ(n, 42);
@@ -380,10 +383,13 @@ TEST(Golden, DriverStubsIncludePfnOnlyExports) {
   const std::string d = file("driver_stubs.cc");
   ASSERT_FALSE(d.empty());
   // Old generation whose only signature is PFN_cuThingAlloc_v2000.
-  EXPECT_TRUE(has(d, "CUresult CUDAAPI cuThingAlloc([[maybe_unused]] unsigned int *dptr, "
+  EXPECT_TRUE(has(d, "CUresult CUDAAPI tally_stub_cuThingAlloc([[maybe_unused]] unsigned int *dptr, "
                      "[[maybe_unused]] unsigned int bytesize) {\n  // signature from cudaTypedefs.h\n"));
-  EXPECT_TRUE(has(d, "CUresult CUDAAPI cuThingAlloc_v2([[maybe_unused]] CUdeviceptr *dptr, "
+  EXPECT_TRUE(has(d, "CUresult CUDAAPI tally_stub_cuThingAlloc_v2([[maybe_unused]] CUdeviceptr *dptr, "
                      "[[maybe_unused]] size_t bytesize) {\n  tally::client::reportNotSupported(\"cuThingAlloc_v2\");"));
+  // The export is a weak alias of its hidden stub (driver_proc.h: how stubs are told apart).
+  EXPECT_TRUE(has(d, "TALLY_GEN_WEAK_ALIAS(tally_stub_cuThingAlloc_v2) CUresult CUDAAPI cuThingAlloc_v2(CUdeviceptr "
+                     "*dptr, size_t bytesize);\n"));
   for (const char* n : {"cuInit(", "cuThingCopy(", "cuThingCopy_v2(", "cuThingCopy_v2_ptds(", "cuThingLaunch(",
                         "cuThingLaunch_ptsz(", "cuGraphInstantiate(", "cuGraphInstantiate_v2(",
                         "cuGraphInstantiateWithFlags("}) {
@@ -398,30 +404,32 @@ TEST(Golden, DriverStubsIncludePfnOnlyExports) {
 TEST(Golden, ProcTable) {
   const std::string t = file("driver_proc_table.cc");
   for (const char* line : {
-           "{\"cuGraphInstantiate\", 10000, false, reinterpret_cast<void*>(&cuGraphInstantiate)},\n"
-           "    {\"cuGraphInstantiate\", 11000, false, reinterpret_cast<void*>(&cuGraphInstantiate_v2)},\n"
-           "    {\"cuGraphInstantiate\", 12000, false, reinterpret_cast<void*>(&cuGraphInstantiateWithFlags)},\n"
-           "    {\"cuGraphInstantiateWithFlags\", 11040, false, reinterpret_cast<void*>(&cuGraphInstantiateWithFlags)},\n"
-           "    {\"cuInit\", 2000, false, reinterpret_cast<void*>(&cuInit)},\n"
-           "    {\"cuThingAlloc\", 2000, false, reinterpret_cast<void*>(&cuThingAlloc)},\n"
-           "    {\"cuThingAlloc\", 3020, false, reinterpret_cast<void*>(&cuThingAlloc_v2)},\n"
-           "    {\"cuThingCopy\", 2000, false, reinterpret_cast<void*>(&cuThingCopy)},\n"
-           "    {\"cuThingCopy\", 3020, false, reinterpret_cast<void*>(&cuThingCopy_v2)},\n"
-           "    {\"cuThingCopy\", 7000, true, reinterpret_cast<void*>(&cuThingCopy_v2_ptds)},\n"
-           "    {\"cuThingLaunch\", 4000, false, reinterpret_cast<void*>(&cuThingLaunch)},\n"
-           "    {\"cuThingLaunch\", 7000, true, reinterpret_cast<void*>(&cuThingLaunch_ptsz)},\n"
+           "{\"cuGraphInstantiate\", 10000, false, reinterpret_cast<void*>(&cuGraphInstantiate), reinterpret_cast<void*>(&tally_stub_cuGraphInstantiate)},\n"
+           "    {\"cuGraphInstantiate\", 11000, false, reinterpret_cast<void*>(&cuGraphInstantiate_v2), reinterpret_cast<void*>(&tally_stub_cuGraphInstantiate_v2)},\n"
+           "    {\"cuGraphInstantiate\", 12000, false, reinterpret_cast<void*>(&cuGraphInstantiateWithFlags), reinterpret_cast<void*>(&tally_stub_cuGraphInstantiateWithFlags)},\n"
+           "    {\"cuGraphInstantiateWithFlags\", 11040, false, reinterpret_cast<void*>(&cuGraphInstantiateWithFlags), reinterpret_cast<void*>(&tally_stub_cuGraphInstantiateWithFlags)},\n"
+           "    {\"cuInit\", 2000, false, reinterpret_cast<void*>(&cuInit), reinterpret_cast<void*>(&tally_stub_cuInit)},\n"
+           "    {\"cuThingAlloc\", 2000, false, reinterpret_cast<void*>(&cuThingAlloc), reinterpret_cast<void*>(&tally_stub_cuThingAlloc)},\n"
+           "    {\"cuThingAlloc\", 3020, false, reinterpret_cast<void*>(&cuThingAlloc_v2), reinterpret_cast<void*>(&tally_stub_cuThingAlloc_v2)},\n"
+           "    {\"cuThingCopy\", 2000, false, reinterpret_cast<void*>(&cuThingCopy), reinterpret_cast<void*>(&tally_stub_cuThingCopy)},\n"
+           "    {\"cuThingCopy\", 3020, false, reinterpret_cast<void*>(&cuThingCopy_v2), reinterpret_cast<void*>(&tally_stub_cuThingCopy_v2)},\n"
+           "    {\"cuThingCopy\", 7000, true, reinterpret_cast<void*>(&cuThingCopy_v2_ptds), reinterpret_cast<void*>(&tally_stub_cuThingCopy_v2_ptds)},\n"
+           "    {\"cuThingLaunch\", 4000, false, reinterpret_cast<void*>(&cuThingLaunch), reinterpret_cast<void*>(&tally_stub_cuThingLaunch)},\n"
+           "    {\"cuThingLaunch\", 7000, true, reinterpret_cast<void*>(&cuThingLaunch_ptsz), reinterpret_cast<void*>(&tally_stub_cuThingLaunch_ptsz)},\n"
            "};\n",
            "extern \"C\" CUresult CUDAAPI cuThingAlloc(unsigned int *dptr, unsigned int bytesize);\n",
-           "static_assert(std::is_same_v<decltype(&cuThingCopy_v2_ptds), PFN_cuThingCopy_v7000_ptds>);\n"}) {
+           "static_assert(std::is_same_v<decltype(&cuThingCopy_v2_ptds), PFN_cuThingCopy_v7000_ptds>);\n",
+           "extern \"C\" __attribute__((visibility(\"hidden\"))) decltype(cuThingCopy_v2_ptds) "
+           "tally_stub_cuThingCopy_v2_ptds;\n"}) {
     EXPECT_TRUE(has(t, line)) << line;
   }
 }
 
 TEST(Golden, RuntimeStubs) {
   const std::string r = file("runtime_stubs.cc");
-  EXPECT_TRUE(has(r, "cudaError_t CUDARTAPI cudaThingCopy([[maybe_unused]] void *dst, [[maybe_unused]] const void "
+  EXPECT_TRUE(has(r, "cudaError_t CUDARTAPI tally_stub_cudaThingCopy([[maybe_unused]] void *dst, [[maybe_unused]] const void "
                      "*src, [[maybe_unused]] size_t count, [[maybe_unused]] cudaStream_t stream) {"));  // no __dv(0)
-  EXPECT_TRUE(has(r, "cudaError_t CUDARTAPI cudaThingWait([[maybe_unused]] cudaStream_t stream, "
+  EXPECT_TRUE(has(r, "cudaError_t CUDARTAPI tally_stub_cudaThingWait([[maybe_unused]] cudaStream_t stream, "
                      "[[maybe_unused]] unsigned int flags) {"));  // no "= 0", comment dropped
   for (const char* n : {"cudaThingAlloc(", "cudaThingCopy_ptds(", "cudaThingWait_ptsz(", "cudaThingOld(void)"}) {
     EXPECT_TRUE(has(r, std::string("cudaError_t CUDARTAPI ") + n)) << n;

@@ -1,0 +1,206 @@
+// cuGetProcAddress and cudaGetDriverEntryPoint[ByVersion] through the preloaded client: what it
+// implements is found, a generated NotSupported stub is not (so feature probes take their
+// fallback), and every driver function PyTorch requires at start-up is found. Stream memory
+// operations and the virtual-memory handle queries PyTorch resolves that way, against the fake
+// tallyd.
+#include "fake_tallyd.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace {
+
+using tally::testing::FakeTallyd;
+
+FakeTallyd* const server = &tally::testing::processFakeTallyd();
+
+class EntryPoints : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(cuInit(0), CUDA_SUCCESS); }
+};
+
+// PyTorch 2.11, c10/cuda/driver_api.h: C10_LIBCUDA_DRIVER_API_REQUIRED. c10/cuda/driver_api.cpp
+// resolves each through cudaGetDriverEntryPointByVersion (then cudaGetDriverEntryPoint) and
+// asserts that it was found, at the first use of its driver API.
+constexpr const char* kPyTorchRequired[] = {
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuMemGetAddressRange",
+    "cuMemAddressReserve",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemAddressFree",
+    "cuMemSetAccess",
+    "cuMemUnmap",
+    "cuMemCreate",
+    "cuMemGetAllocationGranularity",
+    "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
+    "cuMemRetainAllocationHandle",
+    "cuMemGetAllocationPropertiesFromHandle",
+    "cuMemsetD32Async",
+    "cuStreamWriteValue32",
+    "cuGetErrorString",
+};
+
+TEST_F(EntryPoints, ImplementedFunctionsAreFound) {
+  for (const char* name : {"cuMemAlloc", "cuStreamWriteValue32", "cuLaunchKernel"}) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    EXPECT_EQ(cuGetProcAddress(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status), CUDA_SUCCESS) << name;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS) << name;
+    EXPECT_NE(fn, nullptr) << name;
+  }
+  void* fn = nullptr;
+  ASSERT_EQ(cuGetProcAddress("cuMemAlloc", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fn, reinterpret_cast<void*>(&cuMemAlloc));  // cuMemAlloc_v2 through cuda.h's rename
+}
+
+TEST_F(EntryPoints, GeneratedStubsAreNotFound) {
+  void* fn = &fn;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+  EXPECT_EQ(cuGetProcAddress("cuArrayCreate", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  EXPECT_EQ(fn, nullptr);
+  // The per-thread-default-stream twin of a stub is a stub too.
+  fn = &fn;
+  EXPECT_EQ(cuGetProcAddress("cuMemcpy3DAsync", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                             &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(fn, nullptr);
+  // Unknown names as before.
+  EXPECT_EQ(cuGetProcAddress("cuNoSuchFunction", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+            CUDA_ERROR_NOT_FOUND);
+}
+
+TEST_F(EntryPoints, RuntimeLookupsReportThroughStatus) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  EXPECT_EQ(cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaDriverEntryPointSuccess);
+  EXPECT_NE(fn, nullptr);
+  fn = &fn;
+  EXPECT_EQ(cudaGetDriverEntryPoint("cuArrayCreate", &fn, cudaEnableDefault, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
+  EXPECT_EQ(fn, nullptr);
+  fn = &fn;
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuArrayCreate", &fn, CUDART_VERSION, cudaEnableDefault, &status),
+            cudaSuccess);
+  EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
+  EXPECT_EQ(fn, nullptr);
+}
+
+TEST_F(EntryPoints, EveryFunctionPyTorchRequiresIsFound) {
+  // PyTorch asks with the version it was built against (CUDA 12.x or 13.x wheels).
+  for (unsigned version : {12030u, 12080u, 13000u}) {
+    for (const char* name : kPyTorchRequired) {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+      EXPECT_EQ(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &status), cudaSuccess);
+      EXPECT_EQ(status, cudaDriverEntryPointSuccess) << name << " at " << version;
+      EXPECT_NE(fn, nullptr) << name << " at " << version;
+    }
+  }
+}
+
+TEST_F(EntryPoints, SharingAllocationsBetweenProcessesIsNotSupported) {
+  int fd = -1;
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_EQ(cuMemExportToShareableHandle(&fd, 1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(3)),
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_ERROR_NOT_SUPPORTED);
+}
+
+CUmemAllocationProp deviceProperties() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.allocFlags.gpuDirectRDMACapable = 1;
+  return prop;
+}
+
+TEST_F(EntryPoints, AllocationPropertiesComeBackFromTheHandle) {
+  CUmemAllocationProp prop = deviceProperties();
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_EQ(cuMemCreate(&handle, 2u << 20, &prop, 0), CUDA_SUCCESS);
+  CUmemAllocationProp seen{};
+  ASSERT_EQ(cuMemGetAllocationPropertiesFromHandle(&seen, handle), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(&seen, &prop, sizeof prop), 0);
+  EXPECT_EQ(cuMemGetAllocationPropertiesFromHandle(nullptr, handle), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemRelease(handle), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemGetAllocationPropertiesFromHandle(&seen, handle), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(EntryPoints, AHandleReleasedWhileMappedKeepsItsProperties) {
+  CUmemAllocationProp prop = deviceProperties();
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr base = 0x7f5000000000;
+  ASSERT_EQ(cuMemCreate(&handle, 2u << 20, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(base, 2u << 20, 0, handle, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemRelease(handle), CUDA_SUCCESS);
+  CUmemAllocationProp seen{};
+  EXPECT_EQ(cuMemGetAllocationPropertiesFromHandle(&seen, handle), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemUnmap(base, 2u << 20), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemGetAllocationPropertiesFromHandle(&seen, handle), CUDA_ERROR_INVALID_VALUE);
+}
+
+// --- stream memory operations -----------------------------------------------------------------
+
+constexpr CUdeviceptr kWord = 0x7f0000200000;
+
+TEST(StreamMemoryOps, AWriteIsOneOneWayMessage) {
+  uint64_t before = server->callsOf(tally::wire::Call::STREAM_MEM_OPS);
+  ASSERT_EQ(cuStreamWriteValue32(nullptr, kWord, 7, CU_STREAM_WRITE_VALUE_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);  // flushes the batch of one-way calls
+  EXPECT_EQ(server->callsOf(tally::wire::Call::STREAM_MEM_OPS), before + 1);
+  auto ops = server->lastStreamMemOps();
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].operation, static_cast<uint32_t>(CU_STREAM_MEM_OP_WRITE_VALUE_32));
+  EXPECT_EQ(ops[0].address, kWord);
+  EXPECT_EQ(ops[0].value, 7u);
+}
+
+TEST(StreamMemoryOps, ABatchIsOneMessage) {
+  CUstreamBatchMemOpParams params[2] = {};
+  params[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  params[0].writeValue.address = kWord;
+  params[0].writeValue.value64 = 1ull << 40;
+  params[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  params[1].waitValue.address = kWord + 8;
+  params[1].waitValue.value = 3;
+  params[1].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  uint64_t before = server->callsOf(tally::wire::Call::STREAM_MEM_OPS);
+  ASSERT_EQ(cuStreamBatchMemOp(nullptr, 2, params, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(server->callsOf(tally::wire::Call::STREAM_MEM_OPS), before + 1);
+  auto ops = server->lastStreamMemOps();
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].value, 1ull << 40);
+  EXPECT_EQ(ops[1].operation, static_cast<uint32_t>(CU_STREAM_MEM_OP_WAIT_VALUE_32));
+  EXPECT_EQ(ops[1].flags, static_cast<uint32_t>(CU_STREAM_WAIT_VALUE_EQ));
+}
+
+TEST(StreamMemoryOps, WhatTheDriverRefusesAtTheCallIsNotSent) {
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  uint64_t before = server->calls();
+  EXPECT_EQ(cuStreamWriteValue32(nullptr, kWord, 1, 0x10), CUDA_ERROR_INVALID_VALUE);     // unknown flag
+  EXPECT_EQ(cuStreamWriteValue32(nullptr, kWord + 2, 1, 0), CUDA_ERROR_INVALID_VALUE);    // misaligned
+  EXPECT_EQ(cuStreamWriteValue64(nullptr, kWord + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);    // misaligned for 64 bits
+  EXPECT_EQ(cuStreamWaitValue32(nullptr, 0, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_ERROR_INVALID_VALUE);  // null
+  EXPECT_EQ(cuStreamWaitValue32(nullptr, kWord, 1, 7), CUDA_ERROR_INVALID_VALUE);         // no such comparison
+  CUstreamBatchMemOpParams op{};
+  op.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.address = kWord;
+  EXPECT_EQ(cuStreamBatchMemOp(nullptr, 1, &op, 1), CUDA_ERROR_INVALID_VALUE);            // flags must be 0
+  EXPECT_EQ(cuStreamBatchMemOp(nullptr, 1, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamBatchMemOp(nullptr, 256, &op, 0), CUDA_ERROR_INVALID_VALUE);         // "less than 256"
+  EXPECT_EQ(server->calls(), before);
+}
+
+}  // namespace
