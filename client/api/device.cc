@@ -4,7 +4,10 @@
 #include "client/api/api_util.h"
 #include "client/runtime/capture_table.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 using namespace tally::client;
 
@@ -172,7 +175,149 @@ TALLY_API cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
   });
 }
 
+namespace {
+
+// "domain:bus:device[.function]" (hexadecimal, domain optional), as cudaDeviceGetPCIBusId
+// writes it; the device whose PCI location that is, or -1.
+int deviceAtPciBusId(const char* id) {
+  if (id == nullptr) return -1;
+  unsigned domain = 0, bus = 0, device = 0;
+  if (std::sscanf(id, "%x:%x:%x", &domain, &bus, &device) != 3) {
+    domain = 0;
+    if (std::sscanf(id, "%x:%x", &bus, &device) != 2) return -1;
+  }
+  for (int d = 0; d < ClientRuntime::get().deviceCount(); ++d) {
+    const DeviceView& v = ClientRuntime::get().device(d);
+    if (static_cast<unsigned>(v.attribute(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)) == domain &&
+        static_cast<unsigned>(v.attribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)) == bus &&
+        static_cast<unsigned>(v.attribute(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)) == device) {
+      return d;
+    }
+  }
+  return -1;
+}
+
+CUresult deviceByPciBusId(int* device, const char* id) {
+  if (device == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
+  int d = deviceAtPciBusId(id);
+  if (d < 0) return CUDA_ERROR_INVALID_DEVICE;
+  *device = d;
+  return CUDA_SUCCESS;
+}
+
+// The L1/shared-memory split preferred for the current device: kept and read back, not applied
+// (tallyd's context is shared; the driver treats it as a hint anyway).
+std::atomic<int> gCachePreference[kMaxDevices] = {};
+
+// Peer access between two of the tenant's GPUs is not forwarded: every query answers "no".
+CUresult peerAttribute(int* value, int src, int dst) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = validDevice(src); r != CUDA_SUCCESS) return r;
+  if (CUresult r = validDevice(dst); r != CUDA_SUCCESS) return r;
+  if (src == dst) return CUDA_ERROR_INVALID_DEVICE;
+  *value = 0;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+TALLY_API cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId) {
+  return guardRuntime(__func__, [&] { return deviceByPciBusId(device, pciBusId); });
+}
+
+TALLY_API cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache config) {
+  return guardRuntime(__func__, [&] {
+    if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) return CUDA_ERROR_INVALID_VALUE;
+    gCachePreference[threadState().device] = config;
+    return ClientRuntime::get().ready();
+  });
+}
+
+TALLY_API cudaError_t cudaDeviceGetCacheConfig(cudaFuncCache* config) {
+  return guardRuntime(__func__, [&] {
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *config = static_cast<cudaFuncCache>(gCachePreference[threadState().device].load());
+    return ClientRuntime::get().ready();
+  });
+}
+
+// Deprecated (bank size is fixed since Volta): natively accepted and answered with 4 bytes.
+TALLY_API cudaError_t cudaDeviceSetSharedMemConfig(cudaSharedMemConfig config) {
+  if (config < cudaSharedMemBankSizeDefault || config > cudaSharedMemBankSizeEightByte) {
+    return finishRuntime(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+TALLY_API cudaError_t cudaDeviceGetSharedMemConfig(cudaSharedMemConfig* config) {
+  if (config == nullptr) return finishRuntime(cudaErrorInvalidValue);
+  *config = cudaSharedMemBankSizeFourByte;
+  return cudaSuccess;
+}
+
+// The device whose compute capability is closest to the one asked for (the first on a tie).
+TALLY_API cudaError_t cudaChooseDevice(int* device, const cudaDeviceProp* prop) {
+  return guardRuntime(__func__, [&] {
+    if (device == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
+    int best = 0, bestDistance = INT32_MAX;
+    for (int d = 0; d < ClientRuntime::get().deviceCount(); ++d) {
+      const DeviceView& v = ClientRuntime::get().device(d);
+      int distance = std::abs((v.major * 10 + v.minor) - (prop->major * 10 + prop->minor));
+      if (distance < bestDistance) std::tie(best, bestDistance) = std::tie(d, distance);
+    }
+    *device = best;
+    return CUDA_SUCCESS;
+  });
+}
+
+// The runtime tries the listed devices in order; each must be one of the tenant's GPUs.
+TALLY_API cudaError_t cudaSetValidDevices(int* devices, int count) {
+  return guardRuntime(__func__, [&] {
+    if (count < 0 || (count > 0 && devices == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < count; ++i) {
+      if (CUresult r = validDevice(devices[i]); r != CUDA_SUCCESS) return r;
+    }
+    return ClientRuntime::get().ready();
+  });
+}
+
+TALLY_API cudaError_t cudaDeviceGetP2PAttribute(int* value, cudaDeviceP2PAttr, int src, int dst) {
+  return guardRuntime(__func__, [&] { return peerAttribute(value, src, dst); });
+}
+
 // --- driver ------------------------------------------------------------------------------------
+
+TALLY_API CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice device) {
+  return static_cast<CUresult>(cudaDeviceGetPCIBusId(id, len, device));
+}
+
+TALLY_API CUresult cuDeviceGetByPCIBusId(CUdevice* device, const char* pciBusId) {
+  return guardDriver(__func__, [&] { return deviceByPciBusId(device, pciBusId); });
+}
+
+TALLY_API CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  return static_cast<CUresult>(cudaDeviceSetCacheConfig(static_cast<cudaFuncCache>(config)));
+}
+
+TALLY_API CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  return static_cast<CUresult>(cudaDeviceGetCacheConfig(reinterpret_cast<cudaFuncCache*>(config)));
+}
+
+TALLY_API CUresult cuDeviceCanAccessPeer(int* can, CUdevice device, CUdevice peer) {
+  return guardDriver(__func__, [&] {
+    if (can == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    if (CUresult r = validDevice(peer); r != CUDA_SUCCESS) return r;
+    *can = 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute, CUdevice src, CUdevice dst) {
+  return guardDriver(__func__, [&] { return peerAttribute(value, src, dst); });
+}
 
 TALLY_API CUresult cuInit(unsigned int) {
   return guardDriver(__func__, [] { return ClientRuntime::get().ready(); });

@@ -2,6 +2,7 @@
 // with tallyd through a memfd on Unix sockets (so copies to and from it are DMA at native
 // speed and happen in stream order), and travels as bulk bytes otherwise.
 #include "client/api/api_util.h"
+#include "client/entry/not_supported.h"
 #include "client/runtime/argument_checks.h"
 #include "client/runtime/capture_table.h"
 #include "client/runtime/staging_ring.h"
@@ -309,6 +310,29 @@ CUresult copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t
   return copy(c, kind, stream, sync);
 }
 
+// cuMemcpy2D's parameter block as a Copy2D: each side is host, device or unified memory at
+// (x, y) of its pitch; CUDA arrays are not forwarded.
+CUresult copyDescriptor(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+    reportNotSupported("cuMemcpy2D to or from a CUDA array");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto side = [](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y, size_t pitch) {
+    uint64_t base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uint64_t>(host) : device;
+    return base + y * pitch + x;
+  };
+  Copy2D c{side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch), p->dstPitch,
+           side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch), p->srcPitch,
+           p->WidthInBytes, p->Height};
+  bool srcHost = p->srcMemoryType == CU_MEMORYTYPE_HOST, dstHost = p->dstMemoryType == CU_MEMORYTYPE_HOST;
+  bool unified = p->srcMemoryType == CU_MEMORYTYPE_UNIFIED || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED;
+  cudaMemcpyKind kind = unified   ? cudaMemcpyDefault
+                        : srcHost ? (dstHost ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
+                                  : (dstHost ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
+  return copy(c, kind, stream, sync);
+}
+
 // --- memset ----------------------------------------------------------------------------
 
 CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t width, size_t height, size_t pitch,
@@ -595,6 +619,16 @@ TALLY_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t count,
   return guardDriver(__func__, [&] {
     return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDefault, stream, false);
   });
+}
+
+TALLY_API CUresult cuMemcpy2D(const CUDA_MEMCPY2D* p) {
+  return guardDriver(__func__, [&] { return copyDescriptor(p, nullptr, true); });
+}
+TALLY_API CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D* p) {
+  return guardDriver(__func__, [&] { return copyDescriptor(p, nullptr, true); });
+}
+TALLY_API CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D* p, CUstream stream) {
+  return guardDriver(__func__, [&] { return copyDescriptor(p, stream, false); });
 }
 
 TALLY_API CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n) {

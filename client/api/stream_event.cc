@@ -204,6 +204,17 @@ CUresult streamInfo(CUstream stream, int* priority, unsigned* flags) {
   return CUDA_SUCCESS;
 }
 
+// The stream's id as the client and tallyd know it (unique in the process), and its device:
+// the legacy and per-thread default streams belong to the calling thread's current device.
+CUresult streamIdentity(CUstream stream, unsigned long long* id, int* device) {
+  if (CUresult r = streamInfo(stream, nullptr, nullptr); r != CUDA_SUCCESS) return r;
+  auto raw = reinterpret_cast<uintptr_t>(stream);
+  StreamHandle* s = raw > 2 ? checkedHandle<StreamHandle>(stream, HandleMagic::kStream) : nullptr;
+  if (id != nullptr) *id = rt().streamId(stream);
+  if (device != nullptr) *device = s != nullptr ? static_cast<int>(s->device) : threadState().device;
+  return CUDA_SUCCESS;
+}
+
 // Stream capture (client/api/graph.cc begins and ends it): the queries are answered from the
 // client's CaptureTable, without a round trip — PyTorch's allocator asks with every allocation.
 // A stream is capturing from cudaStreamBeginCapture (or a wait on an event recorded in a capture)
@@ -308,6 +319,14 @@ TALLY_API cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) 
 TALLY_API cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) {
   return guardRuntime(__func__, [&] { return flags == nullptr ? CUDA_ERROR_INVALID_VALUE : streamInfo(stream, nullptr, flags); });
 }
+TALLY_API cudaError_t cudaStreamGetId(cudaStream_t stream, unsigned long long* id) {
+  return guardRuntime(__func__, [&] { return id == nullptr ? CUDA_ERROR_INVALID_VALUE : streamIdentity(stream, id, nullptr); });
+}
+TALLY_API cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
+  return guardRuntime(__func__, [&] {
+    return device == nullptr ? CUDA_ERROR_INVALID_VALUE : streamIdentity(stream, nullptr, device);
+  });
+}
 TALLY_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
   return guardRuntime(__func__, [&] {
     if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -388,6 +407,14 @@ TALLY_API CUresult cuStreamGetPriority(CUstream stream, int* priority) {
 }
 TALLY_API CUresult cuStreamGetFlags(CUstream stream, unsigned int* flags) {
   return guardDriver(__func__, [&] { return flags == nullptr ? CUDA_ERROR_INVALID_VALUE : streamInfo(stream, nullptr, flags); });
+}
+TALLY_API CUresult cuStreamGetId(CUstream stream, unsigned long long* id) {
+  return guardDriver(__func__, [&] { return id == nullptr ? CUDA_ERROR_INVALID_VALUE : streamIdentity(stream, id, nullptr); });
+}
+TALLY_API CUresult cuStreamGetDevice(CUstream stream, CUdevice* device) {
+  return guardDriver(__func__, [&] {
+    return device == nullptr ? CUDA_ERROR_INVALID_VALUE : streamIdentity(stream, nullptr, device);
+  });
 }
 TALLY_API CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* userData) {
   return guardDriver(__func__, [&] {

@@ -53,6 +53,37 @@ int main() {
   CU_CHECK(cuModuleGetFunction(&fn, module, "iota_u64"));
   expect(iota(fn, 1000, 4096), "a kernel of a module loaded into the context runs");
 
+  // cuMemcpy2D (the driver samples' pitched copies): a 3-row block of a pitched allocation to a
+  // host buffer of another pitch, at an offset.
+  {
+    CUdeviceptr pitched = 0;
+    size_t pitch = 0;
+    CU_CHECK(cuMemAllocPitch(&pitched, &pitch, 256, 4, 4));
+    CU_CHECK(cuMemsetD2D32(pitched, pitch, 0x01020304u, 64, 4));
+    std::vector<unsigned int> host(8 * 16, 0);
+    CUDA_MEMCPY2D p{};
+    p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = pitched;
+    p.srcPitch = pitch;
+    p.srcY = 1;
+    p.dstMemoryType = CU_MEMORYTYPE_HOST;
+    p.dstHost = host.data();
+    p.dstPitch = 16 * sizeof(unsigned int);
+    p.dstXInBytes = 2 * sizeof(unsigned int);
+    p.WidthInBytes = 8 * sizeof(unsigned int);
+    p.Height = 3;
+    CU_CHECK(cuMemcpy2D(&p));
+    bool ok = true;
+    for (int row = 0; row < 8; ++row) {
+      for (int col = 0; col < 16; ++col) {
+        bool copied = row < 3 && col >= 2 && col < 10;
+        ok = ok && host[row * 16 + col] == (copied ? 0x01020304u : 0u);
+      }
+    }
+    expect(ok, "cuMemcpy2D copies a pitched block to an offset");
+    CU_CHECK(cuMemFree(pitched));
+  }
+
   // Another thread: pops nothing of ours, pushes the context, works in it, pops it.
   CU_CHECK(cuCtxPopCurrent(&current));
   expect(current == ctx, "cuCtxPopCurrent returns the created context");

@@ -11,6 +11,9 @@
 
 #include <cstring>
 
+// cudaGetDriverEntryPoint is deprecated in CUDA 13 but still exported (PyTorch calls it first).
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 namespace {
 
 using tally::testing::FakeTallyd;
