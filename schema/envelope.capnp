@@ -116,6 +116,16 @@ struct Call {
     tensorMapEncodeTiled @49 :Module.TensorMapEncodeTiled;  # Reply.tensorMap
 
     streamMemOps @50 :Stream.StreamMemOps;               # one-way, stream-ordered
+
+    graphAddNode @51 :Graph.AddNode;                     # Reply.value: the node id
+    graphGetEdges @52 :Graph.GraphRef;                   # Reply.graph.edges
+    graphRemoveDependencies @53 :Graph.AddDependencies;
+    graphDestroyNode @54 :Graph.GraphNodeRef;
+    graphClone @55 :Graph.GraphClone;
+    graphMemsetNodeGetParams @56 :Graph.GraphNodeRef;    # Reply.graph.memsetNode
+    graphMemsetNodeSetParams @57 :Graph.MemsetNodeSetParams;
+    graphNodeGetEnabled @58 :Graph.ExecNodeRef;          # Reply.value: 1 if enabled
+    graphNodeSetEnabled @59 :Graph.NodeSetEnabled;
   }
 }
 

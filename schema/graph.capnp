@@ -1,16 +1,18 @@
 @0xf4a67514ce7b2b4c;
 # CUDA graphs: stream capture on the tenant's own streams, the graphs it yields, their
-# executable instances, and (explicit construction) kernel and device-to-device copy nodes.
+# executable instances, and explicit construction: kernel, device-to-device copy, empty, memset,
+# event and child graph nodes, edges by node id, removed nodes and clones.
 #
 # Graph and exec ids are chosen by the client, like stream ids, and are private to the tenant;
 # tallyd maps them to its own CUgraph / CUgraphExec. A node is named by its graph and its
 # position in that graph: node id i + 1 is the i-th node cuGraphGetNodes listed, followed by the
-# nodes the client added since, in order. Kernel nodes name the tenant's functions by the
+# nodes the client added since, in order; a destroyed node's id is never reused. Kernel nodes name the tenant's functions by the
 # client's function handles (module.capnp), never by a driver address.
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("tally::wire");
 
 using Launch = import "launch.capnp";
+using Memory = import "memory.capnp";
 
 struct BeginCapture {
   # Reply.value: the capture's id (what cuStreamGetCaptureInfo reports).
@@ -95,9 +97,55 @@ struct AddDependencies {
   to @2 :List(UInt32);
 }
 
-struct GraphReply {
+struct AddNode {
+  # The node kinds that carry no function: Reply.value is the new node's id.
+  graph @0 :UInt64;
+  dependencies @1 :List(UInt32);  # node ids of the same graph
   union {
-    nodeTypes @0 :List(UInt8);    # graphGetNodes: CUgraphNodeType of node id i + 1
-    kernelNode @1 :KernelNodeParams;
+    empty @2 :Void;
+    memset @3 :Memory.Memset;     # `stream` unused; dst must be the tenant's memory on the graph's GPU
+    eventRecord @4 :UInt64;       # the tenant's event id
+    eventWait @5 :UInt64;
+    childGraph @6 :UInt64;        # the tenant's graph id: the node embeds a copy of it
   }
 }
+
+struct GraphClone {
+  # The clone's node i + 1 is the original's node i + 1 (cuGraphNodeFindInClone), so the
+  # client finds a node in the clone without asking.
+  graph @0 :UInt64;
+  clone @1 :UInt64;               # client-chosen id of the copy
+}
+
+struct GraphEdges {
+  # Edge i goes from node from[i] to node to[i].
+  from @0 :List(UInt32);
+  to @1 :List(UInt32);
+}
+
+struct ExecNodeRef {
+  exec @0 :UInt64;                # 0 where the call may name the graph's own node
+  node @1 :GraphNodeRef;          # a node of the graph `exec` was instantiated from
+}
+
+struct MemsetNodeSetParams {
+  # In the graph (exec 0: cuGraphMemsetNodeSetParams) or in an executable graph.
+  target @0 :ExecNodeRef;
+  params @1 :Memory.Memset;       # `stream` unused
+}
+
+struct NodeSetEnabled {
+  target @0 :ExecNodeRef;
+  enabled @1 :Bool;
+}
+
+struct GraphReply {
+  union {
+    nodeTypes @0 :List(UInt8);    # graphGetNodes: CUgraphNodeType of node id i + 1 (kRemovedNode: destroyed)
+    kernelNode @1 :KernelNodeParams;
+    edges @2 :GraphEdges;         # graphGetEdges
+    memsetNode @3 :Memory.Memset; # graphMemsetNodeGetParams (`stream` unused)
+  }
+}
+
+const kRemovedNode :UInt8 = 255;  # nodeTypes entry of a node cuGraphDestroyNode removed

@@ -1,14 +1,15 @@
 // CUDA graphs through tallyd: stream capture on this process's streams, executable graphs and
 // their launches, node queries, kernel node parameters, and explicit construction of kernel and
-// device-to-device copy nodes. tallyd holds the CUgraph / CUgraphExec; the handles here name
-// them by ids this client chose (schema/graph.capnp). Which streams capture is kept here too
+// device-to-device copy nodes (the other node kinds and the structure queries: graph_nodes.cc).
+// tallyd holds the CUgraph / CUgraphExec; the handles here (graph_handles.h) name them by ids
+// this client chose (schema/graph.capnp). Which streams capture is kept here too
 // (runtime/capture_table.h), so the capture queries in stream_event.cc need no round trip.
 //
 // Launches and uploads are one-way like kernel launches; whatever can fail in a way the native
 // runtime reports at once (begin/end capture, instantiate, node queries and changes) is a round
 // trip. Handles are checked before use: a bad graph or exec gets cudaErrorInvalidValue from the
 // runtime API, CUDA_ERROR_INVALID_HANDLE (CUDA_ERROR_INVALID_VALUE for null) from the driver API.
-#include "client/api/api_util.h"
+#include "client/api/graph_handles.h"
 #include "client/runtime/argument_checks.h"
 #include "client/runtime/arguments.h"
 #include "client/runtime/capture_table.h"
@@ -16,66 +17,14 @@
 #include <capnp/schema.h>
 
 #include <algorithm>
-#include <functional>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
 using namespace tally::client;
+using namespace tally::client::graphs;
 
 namespace {
-
-ClientRuntime& rt() { return ClientRuntime::get(); }
-
-struct GraphHandle;
-
-struct GraphNodeHandle {
-  HandleMagic magic = HandleMagic::kGraphNode;
-  GraphHandle* graph = nullptr;
-  uint32_t id = 0;  // position in tallyd's graph (schema/graph.capnp)
-  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-  // A kernel node's parameters as cudaGraphKernelNodeGetParams last returned them: its pointers
-  // stay valid until the next such call on the node, or the graph's end.
-  std::vector<uint8_t> paramBytes;
-  std::vector<void*> paramPointers;
-};
-
-struct GraphHandle {
-  HandleMagic magic = HandleMagic::kGraph;
-  uint64_t id = 0;
-  uint32_t device = 0;
-  std::mutex mutex;
-  bool nodesKnown = false;                     // every node of tallyd's graph has a handle here
-  std::map<uint32_t, GraphNodeHandle*> nodes;  // owned, by id (tallyd's order)
-};
-
-struct GraphExecHandle {
-  HandleMagic magic = HandleMagic::kGraphExec;
-  uint64_t id = 0;
-  uint32_t device = 0;
-  uint64_t graph = 0;  // id of the graph it was instantiated from: its nodes are the ones to set
-};
-
-std::optional<wire::GraphReply::Reader> graphReply(wire::Reply::Reader reply) {
-  if (!reply.isGraph()) return std::nullopt;
-  return reply.getGraph();
-}
-
-enum class Api { kRuntime, kDriver };
-
-// The native answer to a handle that is not one of ours (or no longer is).
-CUresult badHandle(const void* handle, Api api) {
-  return handle == nullptr || api == Api::kRuntime ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
-}
-
-template <typename T>
-CUresult checked(const void* handle, HandleMagic magic, Api api, T*& out) {
-  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
-  out = checkedHandle<T>(handle, magic);
-  return out != nullptr ? CUDA_SUCCESS : badHandle(handle, api);
-}
 
 bool isLegacyStream(CUstream stream) {
   auto raw = reinterpret_cast<uintptr_t>(stream);
@@ -87,19 +36,6 @@ CUresult resolveStream(CUstream stream, uint64_t& id) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   id = rt().streamId(stream);
   return id == 0 ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
-}
-
-// Node handle `id` of `g`, created on first sight; g.mutex held.
-GraphNodeHandle* nodeOf(GraphHandle& g, uint32_t id, CUgraphNodeType type) {
-  GraphNodeHandle*& node = g.nodes[id];
-  if (node == nullptr) {
-    node = new GraphNodeHandle();
-    node->graph = &g;
-    node->id = id;
-    registerHandle(node);
-  }
-  node->type = type;
-  return node;
 }
 
 // Forgets the graph's handles (the application may still hold stale copies, which the registry
@@ -145,9 +81,7 @@ CUresult endCapture(CUstream stream, CUgraph* out) {
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
   CaptureTable::Ended ended;
   if (CUresult r = captureTable().end(id, std::this_thread::get_id(), ended); r != CUDA_SUCCESS) return r;
-  auto* g = new GraphHandle();
-  g->id = rt().newHandleId();
-  g->device = rt().streamDevice(stream);
+  GraphHandle* g = newGraphHandle(rt().streamDevice(stream));
   CUresult r = rt().call([&](wire::Call::Builder c) {
     auto e = c.initStreamEndCapture();
     e.setStream(id);
@@ -161,8 +95,7 @@ CUresult endCapture(CUstream stream, CUgraph* out) {
     delete g;
     return r;
   }
-  registerHandle(g);
-  *out = reinterpret_cast<CUgraph>(g);
+  publishGraph(g, out);
   return CUDA_SUCCESS;
 }
 
@@ -176,6 +109,7 @@ CUresult instantiate(CUgraphExec* out, CUgraph graph, unsigned long long flags, 
   e->id = rt().newHandleId();
   e->device = g->device;
   e->graph = g->id;
+  e->flags = flags;
   CUresult r = rt().call([&](wire::Call::Builder c) {
     auto i = c.initGraphInstantiate();
     i.setGraph(g->id);
@@ -223,21 +157,6 @@ CUresult destroyExec(CUgraphExec exec, Api api) {
 
 // --- nodes -----------------------------------------------------------------------------------
 
-// Handles for every node of tallyd's graph (a captured graph's nodes are learnt once: only this
-// client adds nodes later); g.mutex held.
-CUresult learnNodes(GraphHandle& g) {
-  if (g.nodesKnown) return CUDA_SUCCESS;
-  ReplyMessage reply;
-  CUresult r = rt().call([&](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(g.id); }, &reply);
-  if (r != CUDA_SUCCESS) return r;
-  std::optional<wire::GraphReply::Reader> answer = graphReply(reply.reply());
-  if (!answer || !answer->isNodeTypes()) return CUDA_ERROR_UNKNOWN;
-  auto types = answer->getNodeTypes();
-  for (uint32_t i = 0; i < types.size(); ++i) nodeOf(g, i + 1, static_cast<CUgraphNodeType>(types[i]));
-  g.nodesKnown = true;
-  return CUDA_SUCCESS;
-}
-
 // cudaGraphGetNodes: the count when `nodes` is null; else up to *count nodes, the rest of the
 // array nulled and *count lowered to the number filled.
 CUresult getNodes(CUgraph graph, CUgraphNode* nodes, size_t* count, Api api) {
@@ -284,16 +203,12 @@ void readDim3(wire::Dim3::Reader in, unsigned (&out)[3]) {
 }
 
 CUresult kernelNodeParams(CUgraphNode node, KernelNodeView& out, Api api) {
-  GraphNodeHandle* n = nullptr;
-  if (CUresult r = checked(node, HandleMagic::kGraphNode, api, n); r != CUDA_SUCCESS) return r;
-  if (n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
   ReplyMessage reply;
-  CUresult r = rt().call([&](wire::Call::Builder c) {
-    auto ref = c.initGraphKernelNodeGetParams();
-    ref.setGraph(n->graph->id);
-    ref.setNode(n->id);
-  }, &reply);
+  CUresult r = queryNode(node, CU_GRAPH_NODE_TYPE_KERNEL, api,
+                         [](wire::Call::Builder c) { return c.initGraphKernelNodeGetParams(); }, reply);
   if (r != CUDA_SUCCESS) return r;
+  auto* n = checkedHandle<GraphNodeHandle>(node, HandleMagic::kGraphNode);  // checked by queryNode
+  if (n == nullptr) return badHandle(node, api);
   std::optional<wire::GraphReply::Reader> answer = graphReply(reply.reply());
   if (!answer || !answer->isKernelNode()) return CUDA_ERROR_UNKNOWN;
   auto k = answer->getKernelNode();
@@ -370,9 +285,7 @@ CUresult setKernelNode(CUgraphExec exec, CUgraphNode node, const KernelNodeReque
 CUresult createGraph(CUgraph* out, unsigned flags) {
   if (out == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
-  auto* g = new GraphHandle();
-  g->id = rt().newHandleId();
-  g->device = currentDevice();
+  GraphHandle* g = newGraphHandle(currentDevice());
   g->nodesKnown = true;
   CUresult r = rt().call([&](wire::Call::Builder c) {
     auto create = c.initGraphCreate();
@@ -383,41 +296,7 @@ CUresult createGraph(CUgraph* out, unsigned flags) {
     delete g;
     return r;
   }
-  registerHandle(g);
-  *out = reinterpret_cast<CUgraph>(g);
-  return CUDA_SUCCESS;
-}
-
-// Node ids of `nodes` (all of graph `g`), or CUDA_ERROR_INVALID_VALUE.
-CUresult nodeIds(const GraphHandle& g, const CUgraphNode* nodes, size_t count, std::vector<uint32_t>& out) {
-  if (count > 0 && nodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < count; ++i) {
-    auto* n = checkedHandle<GraphNodeHandle>(nodes[i], HandleMagic::kGraphNode);
-    if (n == nullptr || n->graph != &g) return CUDA_ERROR_INVALID_VALUE;
-    out.push_back(n->id);
-  }
-  return CUDA_SUCCESS;
-}
-
-void setIds(capnp::List<uint32_t>::Builder list, const std::vector<uint32_t>& ids) {
-  for (unsigned i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
-}
-
-// Adds a node built by `fill` (given the dependency ids) to `graph`; its handle in *out.
-CUresult addNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* dependencies, size_t count, CUgraphNodeType type,
-                 const std::function<void(wire::Call::Builder, const std::vector<uint32_t>&)>& fill, Api api) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  GraphHandle* g = nullptr;
-  if (CUresult r = checked(graph, HandleMagic::kGraph, api, g); r != CUDA_SUCCESS) return r;
-  std::lock_guard lock(g->mutex);
-  if (CUresult r = learnNodes(*g); r != CUDA_SUCCESS) return r;
-  std::vector<uint32_t> ids;
-  if (CUresult r = nodeIds(*g, dependencies, count, ids); r != CUDA_SUCCESS) return r;
-  ReplyMessage reply;
-  CUresult r = rt().call([&](wire::Call::Builder c) { fill(c, ids); }, &reply);
-  if (r != CUDA_SUCCESS) return r;
-  if (!reply.reply().isValue()) return CUDA_ERROR_UNKNOWN;
-  *out = reinterpret_cast<CUgraphNode>(nodeOf(*g, static_cast<uint32_t>(reply.reply().getValue()), type));
+  publishGraph(g, out);
   return CUDA_SUCCESS;
 }
 
@@ -425,9 +304,9 @@ CUresult addKernelNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* depen
                        const KernelNodeRequest& k, Api api) {
   if (k.function == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return addNode(out, graph, dependencies, count, CU_GRAPH_NODE_TYPE_KERNEL,
-                 [&](wire::Call::Builder c, const std::vector<uint32_t>& ids) {
+                 [&](wire::Call::Builder c, uint64_t graphId, const std::vector<uint32_t>& ids) {
                    auto a = c.initGraphAddKernelNode();
-                   a.setGraph(reinterpret_cast<GraphHandle*>(graph)->id);
+                   a.setGraph(graphId);
                    setIds(a.initDependencies(static_cast<unsigned>(ids.size())), ids);
                    fillKernelNode(a.initParams(), k);
                  }, api);
@@ -440,9 +319,9 @@ CUresult addCopyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* depende
   if (copy.width == 0 || copy.height == 0) return CUDA_ERROR_INVALID_VALUE;
   if (!rt().findDeviceRegion(copy.dst) || !rt().findDeviceRegion(copy.src)) return CUDA_ERROR_NOT_SUPPORTED;
   return addNode(out, graph, dependencies, count, CU_GRAPH_NODE_TYPE_MEMCPY,
-                 [&](wire::Call::Builder c, const std::vector<uint32_t>& ids) {
+                 [&](wire::Call::Builder c, uint64_t graphId, const std::vector<uint32_t>& ids) {
                    auto a = c.initGraphAddMemcpyNode();
-                   a.setGraph(reinterpret_cast<GraphHandle*>(graph)->id);
+                   a.setGraph(graphId);
                    setIds(a.initDependencies(static_cast<unsigned>(ids.size())), ids);
                    a.setDst(copy.dst);
                    a.setSrc(copy.src);
@@ -451,23 +330,6 @@ CUresult addCopyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* depende
                    a.setDstPitch(copy.dstPitch);
                    a.setSrcPitch(copy.srcPitch);
                  }, api);
-}
-
-CUresult addDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, const void* edgeData,
-                         size_t count, Api api) {
-  GraphHandle* g = nullptr;
-  if (CUresult r = checked(graph, HandleMagic::kGraph, api, g); r != CUDA_SUCCESS) return r;
-  if (edgeData != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // programmatic edges: not forwarded
-  std::lock_guard lock(g->mutex);
-  std::vector<uint32_t> fromIds, toIds;
-  if (CUresult r = nodeIds(*g, from, count, fromIds); r != CUDA_SUCCESS) return r;
-  if (CUresult r = nodeIds(*g, to, count, toIds); r != CUDA_SUCCESS) return r;
-  return rt().call([&](wire::Call::Builder c) {
-    auto a = c.initGraphAddDependencies();
-    a.setGraph(g->id);
-    setIds(a.initFrom(static_cast<unsigned>(fromIds.size())), fromIds);
-    setIds(a.initTo(static_cast<unsigned>(toIds.size())), toIds);
-  });
 }
 
 // --- the runtime's kernel node parameters --------------------------------------------------
@@ -566,6 +428,119 @@ CUresult driverNodeParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* p) {
 cudaStream_t perThread(cudaStream_t stream) { return stream == nullptr ? cudaStreamPerThread : stream; }
 
 }  // namespace
+
+// --- shared with graph_nodes.cc (graph_handles.h) ---------------------------------------------
+
+namespace tally::client::graphs {
+
+GraphHandle* newGraphHandle(uint32_t device) {
+  auto* g = new GraphHandle();
+  g->id = rt().newHandleId();
+  g->device = device;
+  return g;
+}
+
+void publishGraph(GraphHandle* g, CUgraph* out) {
+  registerHandle(g);
+  *out = reinterpret_cast<CUgraph>(g);
+}
+
+GraphNodeHandle* nodeOf(GraphHandle& g, uint32_t id, CUgraphNodeType type) {
+  GraphNodeHandle*& node = g.nodes[id];
+  if (node == nullptr) {
+    node = new GraphNodeHandle();
+    node->graph = &g;
+    node->id = id;
+    registerHandle(node);
+  }
+  node->type = type;
+  return node;
+}
+
+void dropNode(GraphHandle& g, uint32_t id) {
+  auto it = g.nodes.find(id);
+  if (it == g.nodes.end()) return;
+  handleRegistry().remove(it->second);
+  delete it->second;
+  g.nodes.erase(it);
+}
+
+// A captured graph's nodes are learnt once: only this client adds nodes later.
+CUresult learnNodes(GraphHandle& g) {
+  if (g.nodesKnown) return CUDA_SUCCESS;
+  ReplyMessage reply;
+  CUresult r = rt().call([&](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(g.id); }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  std::optional<wire::GraphReply::Reader> answer = graphReply(reply.reply());
+  if (!answer || !answer->isNodeTypes()) return CUDA_ERROR_UNKNOWN;
+  auto types = answer->getNodeTypes();
+  for (uint32_t i = 0; i < types.size(); ++i) {
+    if (types[i] != wire::K_REMOVED_NODE) nodeOf(g, i + 1, static_cast<CUgraphNodeType>(types[i]));
+  }
+  g.nodesKnown = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult nodeIds(const GraphHandle& g, const CUgraphNode* nodes, size_t count, std::vector<uint32_t>& out) {
+  if (count > 0 && nodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    auto* n = checkedHandle<GraphNodeHandle>(nodes[i], HandleMagic::kGraphNode);
+    if (n == nullptr || n->graph != &g) return CUDA_ERROR_INVALID_VALUE;
+    out.push_back(n->id);
+  }
+  return CUDA_SUCCESS;
+}
+
+void setIds(capnp::List<uint32_t>::Builder list, const std::vector<uint32_t>& ids) {
+  for (unsigned i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
+}
+
+CUresult queryNode(CUgraphNode node, CUgraphNodeType type, Api api, const NodeQuery& init, ReplyMessage& reply) {
+  GraphNodeHandle* n = nullptr;
+  if (CUresult r = checked(node, HandleMagic::kGraphNode, api, n); r != CUDA_SUCCESS) return r;
+  if (n->type != type) return CUDA_ERROR_INVALID_VALUE;
+  return rt().call([&](wire::Call::Builder c) {
+    auto ref = init(c);
+    ref.setGraph(n->graph->id);
+    ref.setNode(n->id);
+  }, &reply);
+}
+
+CUresult changeDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, const void* edgeData,
+                            size_t count, bool remove, Api api) {
+  GraphHandle* g = nullptr;
+  if (CUresult r = checked(graph, HandleMagic::kGraph, api, g); r != CUDA_SUCCESS) return r;
+  if (edgeData != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // programmatic edges: not forwarded
+  std::lock_guard lock(g->mutex);
+  std::vector<uint32_t> fromIds, toIds;
+  if (CUresult r = nodeIds(*g, from, count, fromIds); r != CUDA_SUCCESS) return r;
+  if (CUresult r = nodeIds(*g, to, count, toIds); r != CUDA_SUCCESS) return r;
+  return rt().call([&](wire::Call::Builder c) {
+    auto a = remove ? c.initGraphRemoveDependencies() : c.initGraphAddDependencies();
+    a.setGraph(g->id);
+    setIds(a.initFrom(static_cast<unsigned>(fromIds.size())), fromIds);
+    setIds(a.initTo(static_cast<unsigned>(toIds.size())), toIds);
+  });
+}
+
+CUresult addNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* dependencies, size_t count, CUgraphNodeType type,
+                 const NodeFill& fill, Api api) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphHandle* g = nullptr;
+  if (CUresult r = checked(graph, HandleMagic::kGraph, api, g); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(g->mutex);
+  if (CUresult r = learnNodes(*g); r != CUDA_SUCCESS) return r;
+  std::vector<uint32_t> ids;
+  if (CUresult r = nodeIds(*g, dependencies, count, ids); r != CUDA_SUCCESS) return r;
+  ReplyMessage reply;
+  CUresult r = rt().call([&](wire::Call::Builder c) { fill(c, g->id, ids); }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  if (!reply.reply().isValue()) return CUDA_ERROR_UNKNOWN;
+  *out = reinterpret_cast<CUgraphNode>(nodeOf(*g, static_cast<uint32_t>(reply.reply().getValue()), type));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace tally::client::graphs
 
 // --- runtime -----------------------------------------------------------------------------------
 
@@ -678,8 +653,8 @@ TALLY_API cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_
 TALLY_API cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t* from, const cudaGraphNode_t* to,
                                                const cudaGraphEdgeData* edgeData, size_t count) {
   return guardRuntime(__func__, [&] {
-    return addDependencies(reinterpret_cast<CUgraph>(graph), reinterpret_cast<const CUgraphNode*>(from),
-                           reinterpret_cast<const CUgraphNode*>(to), edgeData, count, Api::kRuntime);
+    return changeDependencies(reinterpret_cast<CUgraph>(graph), reinterpret_cast<const CUgraphNode*>(from),
+                              reinterpret_cast<const CUgraphNode*>(to), edgeData, count, false, Api::kRuntime);
   });
 }
 
@@ -760,7 +735,7 @@ TALLY_API CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const 
 }
 TALLY_API CUresult cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
                                           const CUgraphEdgeData* edgeData, size_t count) {  // _v2
-  return guardDriver(__func__, [&] { return addDependencies(graph, from, to, edgeData, count, Api::kDriver); });
+  return guardDriver(__func__, [&] { return changeDependencies(graph, from, to, edgeData, count, false, Api::kDriver); });
 }
 
 // The exports older headers bind to (no #define renames them there); cuda.h declares them only
@@ -785,5 +760,5 @@ TALLY_API CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgra
   return cuGraphInstantiate(exec, graph, errorNode, log, logSize);
 }
 TALLY_API CUresult cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t count) {
-  return guardDriver(__func__, [&] { return addDependencies(graph, from, to, nullptr, count, Api::kDriver); });
+  return guardDriver(__func__, [&] { return changeDependencies(graph, from, to, nullptr, count, false, Api::kDriver); });
 }

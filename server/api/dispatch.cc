@@ -191,6 +191,9 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
     case W::GRAPH_UPLOAD: case W::GRAPH_DESTROY: case W::GRAPH_EXEC_DESTROY: case W::GRAPH_GET_NODES:
     case W::GRAPH_KERNEL_NODE_GET_PARAMS: case W::GRAPH_KERNEL_NODE_SET_PARAMS: case W::GRAPH_CREATE:
     case W::GRAPH_ADD_KERNEL_NODE: case W::GRAPH_ADD_MEMCPY_NODE: case W::GRAPH_ADD_DEPENDENCIES:
+    case W::GRAPH_ADD_NODE: case W::GRAPH_GET_EDGES: case W::GRAPH_REMOVE_DEPENDENCIES: case W::GRAPH_DESTROY_NODE:
+    case W::GRAPH_CLONE: case W::GRAPH_MEMSET_NODE_GET_PARAMS: case W::GRAPH_MEMSET_NODE_SET_PARAMS:
+    case W::GRAPH_NODE_GET_ENABLED: case W::GRAPH_NODE_SET_ENABLED:
       handleGraph(ctx, call);
       break;
     default:

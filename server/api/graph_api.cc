@@ -238,8 +238,9 @@ void getNodes(CallContext& ctx, uint64_t id) {
   if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   g->gpu->makeCurrent();
   if (CUresult r = graphs.listNodes(*g); r != CUDA_SUCCESS) return ctx.finish(r);
-  std::vector<uint8_t> types(g->nodes.size());
+  std::vector<uint8_t> types(g->nodes.size(), wire::K_REMOVED_NODE);
   for (size_t i = 0; i < types.size(); ++i) {
+    if (g->nodes[i] == nullptr) continue;  // destroyed: its id is never reused
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     if (CUresult r = cuGraphNodeGetType(g->nodes[i], &type); r != CUDA_SUCCESS) return ctx.finish(r);
     types[i] = static_cast<uint8_t>(type);
@@ -250,16 +251,27 @@ void getNodes(CallContext& ctx, uint64_t id) {
   });
 }
 
-// A kernel node of one of the tenant's graphs, or nullptr (INVALID_VALUE, as natively for a
-// node of another kind).
-CUgraphNode kernelNode(CallContext& ctx, wire::GraphNodeRef::Reader ref, session::GraphState*& g) {
+// A node of one of the tenant's graphs of `wanted` type (any type: nullopt), or nullptr
+// (INVALID_VALUE, as natively for a node of another kind).
+CUgraphNode nodeOfType(CallContext& ctx, wire::GraphNodeRef::Reader ref, std::optional<CUgraphNodeType> wanted,
+                       session::GraphState*& g) {
   g = ctx.tenant().graphs().graph(ref.getGraph());
   if (g == nullptr) return nullptr;
   g->gpu->makeCurrent();
   CUgraphNode node = ctx.tenant().graphs().node(*g, ref.getNode());
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   if (node == nullptr || cuGraphNodeGetType(node, &type) != CUDA_SUCCESS) return nullptr;
-  return type == CU_GRAPH_NODE_TYPE_KERNEL ? node : nullptr;
+  return !wanted || type == *wanted ? node : nullptr;
+}
+
+CUgraphNode kernelNode(CallContext& ctx, wire::GraphNodeRef::Reader ref, session::GraphState*& g) {
+  return nodeOfType(ctx, ref, CU_GRAPH_NODE_TYPE_KERNEL, g);
+}
+
+// The executable graph `exec` names, instantiated from the graph of `node`; false if it is not one.
+bool execOfNodesGraph(CallContext& ctx, uint64_t exec, wire::GraphNodeRef::Reader node, session::GraphExecState*& e) {
+  e = ctx.tenant().graphs().exec(exec);
+  return e != nullptr && e->graph == node.getGraph();
 }
 
 void getKernelNodeParams(CallContext& ctx, wire::GraphNodeRef::Reader args) {
@@ -280,9 +292,8 @@ void getKernelNodeParams(CallContext& ctx, wire::GraphNodeRef::Reader args) {
 // In the graph (exec 0), or in an executable graph instantiated from the node's graph.
 void setKernelNodeParams(CallContext& ctx, wire::KernelNodeSetParams::Reader args) {
   session::GraphExecState* e = nullptr;
-  if (args.getExec() != 0) {
-    e = ctx.tenant().graphs().exec(args.getExec());
-    if (e == nullptr || e->graph != args.getNode().getGraph()) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (args.getExec() != 0 && !execOfNodesGraph(ctx, args.getExec(), args.getNode(), e)) {
+    return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   }
   session::GraphState* g = nullptr;
   CUgraphNode node = kernelNode(ctx, args.getNode(), g);
@@ -369,14 +380,222 @@ void addMemcpyNode(CallContext& ctx, wire::AddMemcpyNode::Reader args) {
   finishAdded(ctx, *g, r, node);
 }
 
-void addDependencies(CallContext& ctx, wire::AddDependencies::Reader args) {
+// Adds the edges, or removes them (`remove`).
+void changeDependencies(CallContext& ctx, wire::AddDependencies::Reader args, bool remove) {
   std::vector<CUgraphNode> from, to;
   session::GraphState* g = graphToExtend(ctx, args.getGraph(), args.getFrom(), from);
   if (g == nullptr) return;
   if (!resolveNodes(ctx.tenant().graphs(), *g, args.getTo(), to) || from.size() != to.size()) {
     return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   }
-  ctx.finish(cuGraphAddDependencies(g->graph, from.data(), to.data(), nullptr, from.size()));
+  ctx.finish(remove ? cuGraphRemoveDependencies(g->graph, from.data(), to.data(), nullptr, from.size())
+                    : cuGraphAddDependencies(g->graph, from.data(), to.data(), nullptr, from.size()));
+}
+
+// A name that is not the tenant's (memory, an event, a graph): logged with the tenant, what named
+// it and the id, and answered with the native error.
+CUresult refused(CallContext& ctx, const char* what, uint64_t id, CUresult status) {
+  spdlog::warn("tenant {} ({}): {} {:#x} refused: not the tenant's", ctx.tenant().id(), ctx.tenant().name(), what, id);
+  return status;
+}
+
+// The memset a node does: into the tenant's memory on the graph's GPU, checked as a memset
+// call is (width in elements of 1, 2 or 4 bytes, `height` rows `pitch` bytes apart).
+CUresult memsetNodeParams(CallContext& ctx, const gpu::Gpu* g, wire::Memset::Reader in, CUDA_MEMSET_NODE_PARAMS& out) {
+  unsigned elementSize = in.getElementSize();
+  if (elementSize != 1 && elementSize != 2 && elementSize != 4) return CUDA_ERROR_INVALID_VALUE;
+  std::optional<uint64_t> rowBytes = checkedProduct(in.getWidth(), elementSize);
+  if (in.getWidth() == 0 || !rowBytes) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t height = std::max<uint64_t>(in.getHeight(), 1);
+  std::optional<uint64_t> extent = regionExtent(PitchedRegion{*rowBytes, height, pitchOr(in.getPitch(), *rowBytes)});
+  if (!extent) return CUDA_ERROR_INVALID_VALUE;
+  if (ctx.tenant().memory().ownerOf(in.getDst(), *extent) != g) {
+    return refused(ctx, "memset node into memory at", in.getDst(), CUDA_ERROR_INVALID_VALUE);
+  }
+  out = CUDA_MEMSET_NODE_PARAMS{};
+  out.dst = in.getDst();
+  out.pitch = pitchOr(in.getPitch(), *rowBytes);
+  out.value = in.getValue();
+  out.elementSize = elementSize;
+  out.width = in.getWidth();
+  out.height = height;
+  return CUDA_SUCCESS;
+}
+
+// One of the tenant's events on the graph's GPU: CUDA_ERROR_INVALID_HANDLE for an id that is not
+// (another tenant's included), as for a record of an unknown event.
+CUresult tenantEvent(CallContext& ctx, const gpu::Gpu* g, uint64_t id, CUevent& out) {
+  session::EventState* e = ctx.tenant().streams().event(id);
+  if (e == nullptr) return refused(ctx, "event node of event", id, CUDA_ERROR_INVALID_HANDLE);
+  if (e->gpu != g) return CUDA_ERROR_INVALID_VALUE;
+  out = e->event;
+  return CUDA_SUCCESS;
+}
+
+// Empty, memset, event and child graph nodes: whatever names memory, an event or a graph names
+// the tenant's own.
+void addNode(CallContext& ctx, wire::AddNode::Reader args) {
+  std::vector<CUgraphNode> deps;
+  session::GraphState* g = graphToExtend(ctx, args.getGraph(), args.getDependencies(), deps);
+  if (g == nullptr) return;
+  CUgraphNode node = nullptr;
+  CUresult r = CUDA_SUCCESS;
+  CUevent event = nullptr;
+  switch (args.which()) {
+    case wire::AddNode::EMPTY:
+      r = cuGraphAddEmptyNode(&node, g->graph, deps.data(), deps.size());
+      break;
+    case wire::AddNode::MEMSET: {
+      CUDA_MEMSET_NODE_PARAMS p;
+      r = memsetNodeParams(ctx, g->gpu, args.getMemset(), p);
+      if (r == CUDA_SUCCESS) r = cuGraphAddMemsetNode(&node, g->graph, deps.data(), deps.size(), &p, g->gpu->context());
+      break;
+    }
+    case wire::AddNode::EVENT_RECORD:
+      r = tenantEvent(ctx, g->gpu, args.getEventRecord(), event);
+      if (r == CUDA_SUCCESS) r = cuGraphAddEventRecordNode(&node, g->graph, deps.data(), deps.size(), event);
+      break;
+    case wire::AddNode::EVENT_WAIT:
+      r = tenantEvent(ctx, g->gpu, args.getEventWait(), event);
+      if (r == CUDA_SUCCESS) r = cuGraphAddEventWaitNode(&node, g->graph, deps.data(), deps.size(), event);
+      break;
+    case wire::AddNode::CHILD_GRAPH: {
+      // The driver embeds a copy: the child may be changed or destroyed afterwards.
+      session::GraphState* child = ctx.tenant().graphs().graph(args.getChildGraph());
+      if (child == nullptr) return ctx.finish(refused(ctx, "child graph node of graph", args.getChildGraph(),
+                                                      CUDA_ERROR_INVALID_VALUE));
+      if (child->gpu != g->gpu || child == g) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+      r = cuGraphAddChildGraphNode(&node, g->graph, deps.data(), deps.size(), child->graph);
+      break;
+    }
+    default: r = CUDA_ERROR_NOT_SUPPORTED;
+  }
+  finishAdded(ctx, *g, r, node);
+}
+
+// Node ids of the driver's `nodes` in `g`, or false for a node tallyd did not list (none is).
+bool idsOf(const session::GraphState& g, const std::vector<CUgraphNode>& nodes, capnp::List<uint32_t>::Builder out) {
+  for (unsigned i = 0; i < nodes.size(); ++i) {
+    auto at = std::find(g.nodes.begin(), g.nodes.end(), nodes[i]);
+    if (at == g.nodes.end() || nodes[i] == nullptr) return false;
+    out.set(i, static_cast<uint32_t>(at - g.nodes.begin()) + 1);
+  }
+  return true;
+}
+
+void getEdges(CallContext& ctx, uint64_t id) {
+  std::vector<CUgraphNode> none;
+  session::GraphState* g = graphToExtend(ctx, id, {}, none);
+  if (g == nullptr) return;
+  size_t count = 0;
+  if (CUresult r = cuGraphGetEdges(g->graph, nullptr, nullptr, nullptr, &count); r != CUDA_SUCCESS) return ctx.finish(r);
+  std::vector<CUgraphNode> from(count), to(count);
+  if (count > 0) {
+    if (CUresult r = cuGraphGetEdges(g->graph, from.data(), to.data(), nullptr, &count); r != CUDA_SUCCESS) {
+      return ctx.finish(r);
+    }
+    from.resize(count);
+    to.resize(count);
+  }
+  bool known = true;
+  ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+    auto edges = reply.initGraph().initEdges();
+    known = idsOf(*g, from, edges.initFrom(static_cast<unsigned>(count))) &&
+            idsOf(*g, to, edges.initTo(static_cast<unsigned>(count)));
+  });
+  if (!known) spdlog::warn("tenant {}: graph {} has an edge to a node tallyd never listed", ctx.tenant().id(), id);
+}
+
+// The node's id stays taken (ids are positions), so the ids of the others do not move.
+void destroyNode(CallContext& ctx, wire::GraphNodeRef::Reader args) {
+  std::vector<CUgraphNode> node;
+  session::GraphState* g = graphToExtend(ctx, args.getGraph(), {}, node);
+  if (g == nullptr) return;
+  CUgraphNode n = ctx.tenant().graphs().node(*g, args.getNode());
+  if (n == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (CUresult r = cuGraphDestroyNode(n); r != CUDA_SUCCESS) return ctx.finish(r);
+  g->nodes[args.getNode() - 1] = nullptr;
+  ctx.finish(CUDA_SUCCESS);
+}
+
+// The clone's nodes take the original's ids (a destroyed node's id stays empty in both).
+void cloneGraph(CallContext& ctx, wire::GraphClone::Reader args) {
+  std::vector<CUgraphNode> none;
+  session::GraphState* g = graphToExtend(ctx, args.getGraph(), {}, none);
+  if (g == nullptr) return;
+  session::GraphTable& graphs = ctx.tenant().graphs();
+  if (CUresult r = graphs.admitGraph(args.getClone()); r != CUDA_SUCCESS) return ctx.finish(r);
+  CUgraph clone = nullptr;
+  if (CUresult r = cuGraphClone(&clone, g->graph); r != CUDA_SUCCESS) return ctx.finish(r);
+  std::vector<CUgraphNode> nodes(g->nodes.size(), nullptr);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (g->nodes[i] == nullptr) continue;
+    if (CUresult r = cuGraphNodeFindInClone(&nodes[i], g->nodes[i], clone); r != CUDA_SUCCESS) {
+      cuGraphDestroy(clone);
+      return ctx.finish(r);
+    }
+  }
+  graphs.insertGraph(args.getClone(), session::GraphState{g->gpu, clone, std::move(nodes), true});
+  ctx.finish(CUDA_SUCCESS);
+}
+
+// --- memset node parameters and enabled nodes ------------------------------------------------------
+
+void getMemsetNodeParams(CallContext& ctx, wire::GraphNodeRef::Reader args) {
+  session::GraphState* g = nullptr;
+  CUgraphNode node = nodeOfType(ctx, args, CU_GRAPH_NODE_TYPE_MEMSET, g);
+  if (node == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  CUDA_MEMSET_NODE_PARAMS p{};
+  if (CUresult r = cuGraphMemsetNodeGetParams(node, &p); r != CUDA_SUCCESS) return ctx.finish(r);
+  ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+    auto m = reply.initGraph().initMemsetNode();
+    m.setDst(p.dst);
+    m.setValue(p.value);
+    m.setWidth(p.width);
+    m.setHeight(p.height);
+    m.setPitch(p.pitch);
+    m.setElementSize(static_cast<uint8_t>(p.elementSize));
+  });
+}
+
+// In the graph (exec 0), or in an executable graph instantiated from the node's graph; the new
+// destination is checked as a new memset node's is.
+void setMemsetNodeParams(CallContext& ctx, wire::MemsetNodeSetParams::Reader args) {
+  auto target = args.getTarget();
+  session::GraphExecState* e = nullptr;
+  if (target.getExec() != 0 && !execOfNodesGraph(ctx, target.getExec(), target.getNode(), e)) {
+    return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  }
+  session::GraphState* g = nullptr;
+  CUgraphNode node = nodeOfType(ctx, target.getNode(), CU_GRAPH_NODE_TYPE_MEMSET, g);
+  if (node == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  CUDA_MEMSET_NODE_PARAMS p;
+  if (CUresult r = memsetNodeParams(ctx, g->gpu, args.getParams(), p); r != CUDA_SUCCESS) return ctx.finish(r);
+  ctx.finish(e != nullptr ? cuGraphExecMemsetNodeSetParams(e->exec, node, &p, g->gpu->context())
+                          : cuGraphMemsetNodeSetParams(node, &p));
+}
+
+// A node of an executable graph (by its graph's node), for cuGraphNodeGet/SetEnabled.
+CUgraphNode execNode(CallContext& ctx, wire::ExecNodeRef::Reader target, session::GraphExecState*& e) {
+  session::GraphState* g = nullptr;
+  if (!execOfNodesGraph(ctx, target.getExec(), target.getNode(), e)) return nullptr;
+  return nodeOfType(ctx, target.getNode(), std::nullopt, g);
+}
+
+void getNodeEnabled(CallContext& ctx, wire::ExecNodeRef::Reader args) {
+  session::GraphExecState* e = nullptr;
+  CUgraphNode node = execNode(ctx, args, e);
+  if (node == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  unsigned enabled = 0;
+  if (CUresult r = cuGraphNodeGetEnabled(e->exec, node, &enabled); r != CUDA_SUCCESS) return ctx.finish(r);
+  ctx.finish(CUDA_SUCCESS, [enabled](wire::Reply::Builder reply) { reply.setValue(enabled); });
+}
+
+void setNodeEnabled(CallContext& ctx, wire::NodeSetEnabled::Reader args) {
+  session::GraphExecState* e = nullptr;
+  CUgraphNode node = execNode(ctx, args.getTarget(), e);
+  if (node == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  ctx.finish(cuGraphNodeSetEnabled(e->exec, node, args.getEnabled() ? 1 : 0));
 }
 
 }  // namespace
@@ -416,7 +635,16 @@ void handleGraph(CallContext& ctx, wire::Call::Reader call) {
     case W::GRAPH_CREATE: return createGraph(ctx, call.getGraphCreate());
     case W::GRAPH_ADD_KERNEL_NODE: return addKernelNode(ctx, call.getGraphAddKernelNode());
     case W::GRAPH_ADD_MEMCPY_NODE: return addMemcpyNode(ctx, call.getGraphAddMemcpyNode());
-    case W::GRAPH_ADD_DEPENDENCIES: return addDependencies(ctx, call.getGraphAddDependencies());
+    case W::GRAPH_ADD_DEPENDENCIES: return changeDependencies(ctx, call.getGraphAddDependencies(), false);
+    case W::GRAPH_ADD_NODE: return addNode(ctx, call.getGraphAddNode());
+    case W::GRAPH_GET_EDGES: return getEdges(ctx, call.getGraphGetEdges().getGraph());
+    case W::GRAPH_REMOVE_DEPENDENCIES: return changeDependencies(ctx, call.getGraphRemoveDependencies(), true);
+    case W::GRAPH_DESTROY_NODE: return destroyNode(ctx, call.getGraphDestroyNode());
+    case W::GRAPH_CLONE: return cloneGraph(ctx, call.getGraphClone());
+    case W::GRAPH_MEMSET_NODE_GET_PARAMS: return getMemsetNodeParams(ctx, call.getGraphMemsetNodeGetParams());
+    case W::GRAPH_MEMSET_NODE_SET_PARAMS: return setMemsetNodeParams(ctx, call.getGraphMemsetNodeSetParams());
+    case W::GRAPH_NODE_GET_ENABLED: return getNodeEnabled(ctx, call.getGraphNodeGetEnabled());
+    case W::GRAPH_NODE_SET_ENABLED: return setNodeEnabled(ctx, call.getGraphNodeSetEnabled());
     default: return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
   }
 }

@@ -38,7 +38,8 @@ struct CaptureState {
 struct GraphState {
   gpu::Gpu* gpu = nullptr;
   CUgraph graph = nullptr;
-  // Node id i + 1 is nodes[i]: cuGraphGetNodes' order, listed on first use, then added nodes.
+  // Node id i + 1 is nodes[i]: cuGraphGetNodes' order, listed on first use, then added nodes;
+  // nullptr once destroyed (ids are never reused). A clone's nodes keep their originals' ids.
   std::vector<CUgraphNode> nodes;
   bool nodesListed = false;
 };

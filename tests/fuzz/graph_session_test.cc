@@ -7,346 +7,20 @@
 //  - calls that must not run on a capturing stream get the native error and invalidate it;
 //  - a tenant that leaves mid-capture, with graphs and executable graphs, leaves none behind;
 //  - under the priority scheduler, a high-priority and a best-effort tenant both capture;
+//  - graphs built by hand: memset, event, empty and child graph nodes run; edges, clones and
+//    removed nodes round-trip by node id; memory, events and graphs are the tenant's own;
 //  - stream memory operations (cuStreamWriteValue32 ...) run on the tenant's own memory only,
 //    on the same harness.
-#include "common/frame/frame.h"
-#include "common/frame/socket_io.h"
-#include "common/hash/content_hash.h"
-#include "schema/envelope.capnp.h"
-#include "server/api/call_context.h"
-#include "server/scheduler/passthrough_policy.h"
-#include "server/session/session.h"
+#include "tests/fuzz/graph_session_harness.h"
 
-#include <capnp/message.h>
-#include <capnp/schema.h>
-#include <dlfcn.h>
-#include <gtest/gtest.h>
-#include <spdlog/spdlog.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <cuda.h>
 
-#include <atomic>
-#include <cstring>
 #include <functional>
-#include <future>
-#include <memory>
-#include <optional>
-#include <string>
+#include <utility>
 #include <vector>
-
 
 namespace tally {
 namespace {
-
-using server::api::ApiServices;
-namespace session = server::session;
-
-constexpr uint64_t kLegacy = 1;  // the tenant's legacy default stream of device 0
-constexpr uint64_t kStream = (1u << 16) + 1;
-constexpr uint64_t kOtherStream = (1u << 16) + 2;
-constexpr uint64_t kBlockingStream = (1u << 16) + 3;
-constexpr uint64_t kModule = 0x30001;
-constexpr uint64_t kFunction = 0x40001;  // "add": params (ptr, u32, ptr) at offsets 0, 8, 16
-constexpr uint64_t kEvent = 0x5e001;
-constexpr uint64_t kOtherEvent = 0x5e002;
-constexpr size_t kParamBytes = 24;
-
-// The fake GPU, opened once for the process.
-std::vector<server::gpu::Gpu*> openGpus() {
-  static auto* gpus = [] {
-    std::string error;
-    auto* opened = new std::vector<std::unique_ptr<server::gpu::Gpu>>(server::gpu::Gpu::openAll(error));
-    if (opened->empty()) throw std::runtime_error("the fake GPU did not open: " + error);
-    return opened;
-  }();
-  std::vector<server::gpu::Gpu*> out;
-  for (auto& g : *gpus) out.push_back(g.get());
-  return out;
-}
-
-// What tallyd shares between tenants, built once per policy as server/main builds it.
-struct Server {
-  server::gpu::ModuleStore modules{16u << 20};
-  std::unique_ptr<server::scheduler::Policy> policy;
-  ApiServices apiServices;
-  server::api::Dispatcher dispatcher{apiServices};
-  session::SessionServices services;
-  std::atomic<bool> draining{false};
-  std::atomic<uint64_t> nextTenant{1};
-
-  explicit Server(const std::string& policyName) {
-    spdlog::set_level(spdlog::level::warn);
-    services.gpus = openGpus();
-    std::string error;
-    server::scheduler::SchedulerConfig config;
-    config.policy = policyName;
-    policy = server::scheduler::makePolicy(config, services.gpus, error);
-    if (!policy) throw std::runtime_error("no policy: " + error);
-    apiServices.gpus = services.gpus;
-    apiServices.modules = &modules;
-    services.policy = apiServices.policy = policy.get();
-    services.calls = &dispatcher;
-    services.pollMicros = 0;
-  }
-};
-
-// Never destroyed: completion and scheduler threads run to the end of the process.
-Server& server() {
-  static auto* s = new Server("passthrough");
-  return *s;
-}
-
-Server& priorityServer() {
-  static auto* s = new Server("priority");
-  return *s;
-}
-
-// Graphs and executable graphs the fake driver holds (fake_gpu/fake_libcuda.cc, which the
-// driver shim dlopened as libcuda.so.1).
-size_t liveGraphs() {
-  static auto* count = [] {
-    openGpus();  // loads the driver
-    void* fake = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    void* symbol = fake != nullptr ? ::dlsym(fake, "tallyFakeLiveGraphs") : nullptr;
-    if (symbol == nullptr) throw std::runtime_error("the fake driver has no tallyFakeLiveGraphs");
-    return reinterpret_cast<size_t (*)()>(symbol);
-  }();
-  return count();
-}
-
-struct Answer {
-  CUresult status = CUDA_ERROR_UNKNOWN;
-  CUresult deferred = CUDA_SUCCESS;
-  uint64_t value = 0;
-  std::vector<uint8_t> nodeTypes;
-  uint64_t nodeFunction = 0;
-  std::vector<uint8_t> nodeParams;
-};
-
-// One tenant, driven call by call over a socketpair to a real Session.
-class Tenant {
- public:
-  explicit Tenant(Server& s, wire::PriorityClass priority = wire::PriorityClass::BEST_EFFORT) {
-    int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) throw std::runtime_error("socketpair");
-    fd_ = fds[0];
-    reader_ = std::make_unique<frame::StreamReader>(fd_, 16u << 10);
-    session::PeerInfo peer{"graph test socketpair", true, {}};
-    session_ = std::make_shared<session::Session>(fds[1], peer, s.services, s.nextTenant++, s.draining);
-    session_->start([this](session::Session&) { ended_.set_value(); });
-    hello(priority);
-  }
-  ~Tenant() { leave(); }
-
-  // The disconnect: the session releases everything the tenant owned.
-  void leave() {
-    if (fd_ < 0) return;
-    ::close(fd_);
-    fd_ = -1;
-    ended_.get_future().wait();
-    session_->join();
-  }
-
-  Answer call(const std::function<void(wire::Call::Builder)>& build, const std::string& bulk = {}) {
-    uint64_t id = nextId_++;
-    send(id, build, bulk);
-    return await(id);
-  }
-  void post(const std::function<void(wire::Call::Builder)>& build) { send(0, build, {}); }
-
-  // Setup most tests share: the "add" kernel, a 64-byte allocation, a non-blocking stream.
-  uint64_t prepare() {
-    std::string image = "fake cubin for graph tests";
-    hash::ContentHash hash = hash::contentHash(image.data(), image.size());
-    EXPECT_EQ(call([&](wire::Call::Builder c) {
-                auto m = c.initModuleLoad();
-                m.setModule(kModule);
-                m.setHash(kj::arrayPtr(hash.data(), hash.size()));
-                m.setKind(wire::ImageKind::CUBIN);
-                m.setImageSize(image.size());
-                m.setHasImage(true);
-              }, image).status, CUDA_SUCCESS);
-    EXPECT_EQ(call([](wire::Call::Builder c) {
-                auto f = c.initModuleGetFunction();
-                f.setModule(kModule);
-                f.setFunction(kFunction);
-                f.setName("add");
-              }).status, CUDA_SUCCESS);
-    Answer a = call([](wire::Call::Builder c) { c.initMemAlloc().setSize(64); });
-    EXPECT_EQ(a.status, CUDA_SUCCESS);
-    post([&](wire::Call::Builder c) {  // device memory starts undefined
-      auto m = c.initMemset();
-      m.setStream(kLegacy);
-      m.setDst(a.value);
-      m.setWidth(64);
-    });
-    createStream(kStream, true);
-    return a.value;
-  }
-
-  void createStream(uint64_t id, bool nonBlocking) {
-    post([&](wire::Call::Builder c) {
-      auto s = c.initStreamCreate();
-      s.setStream(id);
-      s.setNonBlocking(nonBlocking);
-    });
-  }
-
-  // One-way "add" launch on `stream`, adding to the u32 at `counter`.
-  void launchAdd(uint64_t stream, uint64_t counter) {
-    post([&](wire::Call::Builder c) {
-      auto l = c.initLaunchKernel();
-      l.setFunction(kFunction);
-      for (auto d : {l.initGrid(), l.initBlock()}) {
-        d.setX(1);
-        d.setY(1);
-        d.setZ(1);
-      }
-      l.setStream(stream);
-      std::vector<uint8_t> params(kParamBytes, 0);
-      std::memcpy(params.data(), &counter, sizeof(counter));
-      l.setParams(kj::arrayPtr(params.data(), params.size()));
-    });
-  }
-
-  Answer beginCapture(uint64_t stream, uint32_t mode = CU_STREAM_CAPTURE_MODE_GLOBAL) {
-    return call([&](wire::Call::Builder c) {
-      auto b = c.initStreamBeginCapture();
-      b.setStream(stream);
-      b.setMode(mode);
-    });
-  }
-  Answer endCapture(uint64_t stream, uint64_t graph) {
-    return call([&](wire::Call::Builder c) {
-      auto e = c.initStreamEndCapture();
-      e.setStream(stream);
-      e.setGraph(graph);
-    });
-  }
-  Answer instantiate(uint64_t graph, uint64_t exec) {
-    return call([&](wire::Call::Builder c) {
-      auto i = c.initGraphInstantiate();
-      i.setGraph(graph);
-      i.setExec(exec);
-    });
-  }
-  void launchGraph(uint64_t exec, uint64_t stream) {
-    post([&](wire::Call::Builder c) {
-      auto l = c.initGraphLaunch();
-      l.setExec(exec);
-      l.setStream(stream);
-    });
-  }
-  // One-way stream memory operation (schema/stream.capnp StreamMemOps) of one write.
-  void writeValue32(uint64_t stream, uint64_t address, uint32_t value) {
-    post([&](wire::Call::Builder c) {
-      auto m = c.initStreamMemOps();
-      m.setStream(stream);
-      auto op = m.initOps(1)[0];
-      op.setOperation(CU_STREAM_MEM_OP_WRITE_VALUE_32);
-      op.setAddress(address);
-      op.setValue(value);
-    });
-  }
-  Answer synchronize(uint64_t stream) {
-    return call([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(stream); });
-  }
-
-  // The u32 at `address`, read on the legacy default stream through staging.
-  uint32_t read(uint64_t address) {
-    uint64_t id = nextId_++;
-    send(id, [&](wire::Call::Builder c) {
-      auto m = c.initMemcpy();
-      m.setKind(wire::CopyKind::DEVICE_TO_HOST);
-      m.setStream(kLegacy);
-      m.setSrc(address);
-      m.setWidth(sizeof(uint32_t));
-      m.setToken(77);
-    }, {});
-    lastData_.clear();
-    Answer a = await(id);
-    EXPECT_EQ(a.status, CUDA_SUCCESS);
-    EXPECT_EQ(a.deferred, CUDA_SUCCESS);
-    uint32_t value = 0;
-    if (lastData_.size() == sizeof(value)) std::memcpy(&value, lastData_.data(), sizeof(value));
-    return value;
-  }
-
- private:
-  void hello(wire::PriorityClass priority) {
-    capnp::MallocMessageBuilder message;
-    auto h = message.initRoot<wire::ClientMessage>().initHello();
-    h.setProtocolVersion(wire::PROTOCOL_VERSION);
-    h.setTenantName("graph-test");
-    h.setPriority(priority);
-    h.setClientHost("test");
-    h.setCudaRuntimeVersion(13000);
-    kj::Array<capnp::word> words = frame::flatten(message);
-    ASSERT_TRUE(frame::writeFrame(fd_, words, {}).ok);
-    frame::IncomingFrame incoming;
-    ASSERT_TRUE(incoming.readMessage(*reader_, limits()).ok);
-    auto welcome = incoming.message().getRoot<wire::ServerMessage>();
-    ASSERT_TRUE(welcome.isWelcome());
-    ASSERT_TRUE(welcome.getWelcome().getAccepted()) << welcome.getWelcome().getError().cStr();
-  }
-
-  static frame::FrameLimits limits() {
-    frame::FrameLimits l;
-    l.maxBulkBytes = 1u << 20;
-    return l;
-  }
-
-  void send(uint64_t id, const std::function<void(wire::Call::Builder)>& build, const std::string& bulk) {
-    capnp::MallocMessageBuilder message;
-    auto call = message.initRoot<wire::ClientMessage>().initCalls(1)[0];
-    call.setId(id);
-    build(call);
-    kj::Array<capnp::word> words = frame::flatten(message);
-    iovec part{const_cast<char*>(bulk.data()), bulk.size()};
-    ASSERT_TRUE(frame::writeFrame(fd_, words, std::span<const iovec>(&part, bulk.empty() ? 0 : 1)).ok);
-  }
-
-  Answer await(uint64_t id) {
-    reader_->setDeadline(frame::StreamReader::Clock::now() + std::chrono::seconds(10));
-    for (;;) {
-      frame::IncomingFrame incoming;
-      if (!incoming.readMessage(*reader_, limits()).ok) return Answer{};  // CUDA_ERROR_UNKNOWN: dropped
-      auto message = incoming.message().getRoot<wire::ServerMessage>();
-      std::vector<char> bulk(incoming.bulkBytes());
-      if (!bulk.empty() && !reader_->read(bulk.data(), bulk.size()).ok) return Answer{};  // CUDA_ERROR_UNKNOWN: dropped
-      if (message.isHostData()) lastData_.assign(bulk.begin(), bulk.end());
-      if (!message.isReply() || message.getReply().getId() != id) continue;
-      auto reply = message.getReply();
-      if (reply.getDataToken() != 0) lastData_.assign(bulk.begin(), bulk.end());
-      return answerOf(reply);
-    }
-  }
-
-  static Answer answerOf(wire::Reply::Reader reply) {
-    Answer a;
-    a.status = static_cast<CUresult>(reply.getStatus());
-    a.deferred = static_cast<CUresult>(reply.getDeferredStatus());
-    if (reply.isValue()) a.value = reply.getValue();
-    if (reply.isGraph()) {
-      auto graph = reply.getGraph();
-      if (graph.isNodeTypes()) {
-        for (uint8_t t : graph.getNodeTypes()) a.nodeTypes.push_back(t);
-      } else if (graph.isKernelNode()) {
-        a.nodeFunction = graph.getKernelNode().getFunction();
-        auto params = graph.getKernelNode().getParams();
-        a.nodeParams.assign(params.begin(), params.end());
-      }
-    }
-    return a;
-  }
-
-  int fd_ = -1;
-  std::unique_ptr<frame::StreamReader> reader_;
-  std::shared_ptr<session::Session> session_;
-  std::promise<void> ended_;
-  uint64_t nextId_ = 1;
-  std::vector<char> lastData_;
-};
 
 // --- capture, instantiate, launch --------------------------------------------------------------
 
@@ -465,6 +139,218 @@ TEST(GraphSession, ExplicitConstructionKernelAndDeviceCopyNodes) {
   t.launchGraph(301, kStream);
   EXPECT_EQ(t.read(counter), 2u);
   EXPECT_EQ(t.read(counter + 8), 2u);  // copied after the kernel, each time
+}
+
+// Empty, memset, event and child graph nodes, and the structure calls: every memory range, event
+// and graph they name is the tenant's own (checked before the driver is asked).
+using NodeKind = std::function<void(wire::AddNode::Builder)>;
+
+Answer addNode(Tenant& t, uint64_t graph, const NodeKind& kind, std::vector<uint32_t> dependencies = {}) {
+  return t.call([&](wire::Call::Builder c) {
+    auto a = c.initGraphAddNode();
+    a.setGraph(graph);
+    auto deps = a.initDependencies(static_cast<unsigned>(dependencies.size()));
+    for (unsigned i = 0; i < dependencies.size(); ++i) deps.set(i, dependencies[i]);
+    kind(a);
+  });
+}
+
+NodeKind memsetOf(uint64_t dst, uint64_t width, uint8_t elementSize = 4) {
+  return [=](wire::AddNode::Builder a) {
+    auto m = a.initMemset();
+    m.setDst(dst);
+    m.setWidth(width);
+    m.setElementSize(elementSize);
+    m.setValue(7);
+  };
+}
+
+Answer removeEdge(Tenant& t, uint64_t graph, uint32_t from, uint32_t to) {
+  return t.call([&](wire::Call::Builder c) {
+    auto r = c.initGraphRemoveDependencies();
+    r.setGraph(graph);
+    r.initFrom(1).set(0, from);
+    r.initTo(1).set(0, to);
+  });
+}
+
+TEST(GraphSession, HandBuiltMemsetEventAndChildGraphNodesRunAndKeepTheirStructure) {
+  Tenant t(server());
+  uint64_t counter = t.prepare();
+  t.post([](wire::Call::Builder c) { c.initEventCreate().setEvent(kEvent); });
+  for (uint64_t g : {300, 400}) {
+    ASSERT_EQ(t.call([&](wire::Call::Builder c) { c.initGraphCreate().setGraph(g); }).status, CUDA_SUCCESS);
+  }
+  // The child sets word 2 to 7; the parent: memset word 0 → empty → child, and an event record
+  // and wait after the memset.
+  ASSERT_EQ(addNode(t, 400, memsetOf(counter + 8, 1)).value, 1u);
+  Answer set = addNode(t, 300, memsetOf(counter, 1));
+  ASSERT_EQ(set.status, CUDA_SUCCESS);
+  EXPECT_EQ(set.value, 1u);
+  EXPECT_EQ(addNode(t, 300, [](wire::AddNode::Builder n) { n.setEmpty(); }, {1}).value, 2u);
+  EXPECT_EQ(addNode(t, 300, [](wire::AddNode::Builder n) { n.setChildGraph(400); }, {2}).value, 3u);
+  EXPECT_EQ(addNode(t, 300, [](wire::AddNode::Builder n) { n.setEventRecord(kEvent); }, {1}).value, 4u);
+  EXPECT_EQ(addNode(t, 300, [](wire::AddNode::Builder n) { n.setEventWait(kEvent); }, {4}).value, 5u);
+  Answer nodes = t.call([](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(300); });
+  EXPECT_EQ(nodes.nodeTypes, (std::vector<uint8_t>{CU_GRAPH_NODE_TYPE_MEMSET, CU_GRAPH_NODE_TYPE_EMPTY,
+                                                   CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+                                                   CU_GRAPH_NODE_TYPE_WAIT_EVENT}));
+  Answer edges = t.call([](wire::Call::Builder c) { c.initGraphGetEdges().setGraph(300); });
+  ASSERT_EQ(edges.status, CUDA_SUCCESS);
+  EXPECT_EQ(edges.edges, (std::vector<std::pair<uint32_t, uint32_t>>{{1, 2}, {2, 3}, {1, 4}, {4, 5}}));
+
+  ASSERT_EQ(t.instantiate(300, 301).status, CUDA_SUCCESS);
+  t.launchGraph(301, kStream);
+  EXPECT_EQ(t.read(counter), 7u);
+  EXPECT_EQ(t.read(counter + 8), 7u);  // by the child graph
+
+  // A clone keeps the ids; removing an edge and a node there leaves the original as it was.
+  ASSERT_EQ(t.call([](wire::Call::Builder c) {
+              auto g = c.initGraphClone();
+              g.setGraph(300);
+              g.setClone(302);
+            }).status, CUDA_SUCCESS);
+  EXPECT_EQ(removeEdge(t, 302, 4, 5).status, CUDA_SUCCESS);
+  Answer destroyed = t.call([](wire::Call::Builder c) {
+    auto n = c.initGraphDestroyNode();
+    n.setGraph(302);
+    n.setNode(2);
+  });
+  EXPECT_EQ(destroyed.status, CUDA_SUCCESS);
+  Answer cloneNodes = t.call([](wire::Call::Builder c) { c.initGraphGetNodes().setGraph(302); });
+  ASSERT_EQ(cloneNodes.nodeTypes.size(), 5u);
+  EXPECT_EQ(cloneNodes.nodeTypes[1], wire::K_REMOVED_NODE);  // the others keep their ids
+  EXPECT_EQ(cloneNodes.nodeTypes[2], CU_GRAPH_NODE_TYPE_GRAPH);
+  Answer cloneEdges = t.call([](wire::Call::Builder c) { c.initGraphGetEdges().setGraph(302); });
+  EXPECT_EQ(cloneEdges.edges, (std::vector<std::pair<uint32_t, uint32_t>>{{1, 4}}));
+  Answer original = t.call([](wire::Call::Builder c) { c.initGraphGetEdges().setGraph(300); });
+  EXPECT_EQ(original.edges.size(), 4u);
+}
+
+// Node `node` of graph `graph`, in executable graph `exec` (0: the graph's own node).
+void setTarget(wire::ExecNodeRef::Builder target, uint64_t exec, uint64_t graph, uint32_t node) {
+  target.setExec(exec);
+  target.initNode().setGraph(graph);
+  target.getNode().setNode(node);
+}
+
+Answer setMemsetNode(Tenant& t, uint64_t exec, uint64_t dst, uint32_t value) {
+  return t.call([&](wire::Call::Builder c) {
+    auto s = c.initGraphMemsetNodeSetParams();
+    setTarget(s.initTarget(), exec, 300, 1);
+    auto m = s.initParams();
+    m.setDst(dst);
+    m.setWidth(1);
+    m.setElementSize(4);
+    m.setValue(value);
+  });
+}
+
+Answer setEnabled(Tenant& t, uint64_t exec, bool enabled) {
+  return t.call([&](wire::Call::Builder c) {
+    auto s = c.initGraphNodeSetEnabled();
+    setTarget(s.initTarget(), exec, 300, 1);
+    s.setEnabled(enabled);
+  });
+}
+
+TEST(GraphSession, MemsetNodeParametersAndDisabledNodesOfTheTenantsOwnGraphs) {
+  Tenant t(server());
+  uint64_t counter = t.prepare();
+  ASSERT_EQ(t.call([](wire::Call::Builder c) { c.initGraphCreate().setGraph(300); }).status, CUDA_SUCCESS);
+  ASSERT_EQ(addNode(t, 300, memsetOf(counter, 1)).value, 1u);
+  ASSERT_EQ(addNode(t, 300, [](wire::AddNode::Builder n) { n.setEmpty(); }).value, 2u);
+  auto getParams = [&](uint32_t node) {
+    return t.call([&](wire::Call::Builder c) {
+      auto ref = c.initGraphMemsetNodeGetParams();
+      ref.setGraph(300);
+      ref.setNode(node);
+    });
+  };
+  Answer params = getParams(1);
+  ASSERT_EQ(params.status, CUDA_SUCCESS);
+  EXPECT_EQ(params.memsetDst, counter);
+  EXPECT_EQ(params.memsetValue, 7u);
+  EXPECT_EQ(getParams(2).status, CUDA_ERROR_INVALID_VALUE);  // an empty node
+
+  // The executable graph's node now sets the next word to 9; the graph's own node is unchanged.
+  ASSERT_EQ(t.instantiate(300, 301).status, CUDA_SUCCESS);
+  ASSERT_EQ(setMemsetNode(t, 301, counter + 4, 9).status, CUDA_SUCCESS);
+  t.launchGraph(301, kStream);
+  EXPECT_EQ(t.read(counter), 0u);
+  EXPECT_EQ(t.read(counter + 4), 9u);
+  EXPECT_EQ(getParams(1).memsetDst, counter);
+
+  // Disabled, the node does nothing at the next launch.
+  Answer enabled = t.call([](wire::Call::Builder c) { setTarget(c.initGraphNodeGetEnabled(), 301, 300, 1); });
+  ASSERT_EQ(enabled.status, CUDA_SUCCESS);
+  EXPECT_EQ(enabled.value, 1u);
+  ASSERT_EQ(setEnabled(t, 301, false).status, CUDA_SUCCESS);
+  ASSERT_EQ(setMemsetNode(t, 301, counter + 4, 5).status, CUDA_SUCCESS);
+  t.launchGraph(301, kStream);
+  EXPECT_EQ(t.read(counter + 4), 9u);
+
+  // Another tenant's memory and executable graphs are refused.
+  Tenant other(server());
+  uint64_t theirs = other.prepare();
+  EXPECT_EQ(setMemsetNode(t, 0, theirs, 1).status, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(setMemsetNode(t, 301, theirs, 1).status, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(setEnabled(other, 301, true).status, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(setMemsetNode(other, 301, theirs, 1).status, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(other.read(theirs), 0u);
+}
+
+TEST(GraphSession, NodesWithoutFunctionsNameOnlyTheTenantsMemoryEventsAndGraphs) {
+  Tenant a(server());
+  uint64_t mine = a.prepare();
+  Tenant b(server());
+  uint64_t theirs = b.prepare();
+  b.post([](wire::Call::Builder c) { c.initEventCreate().setEvent(kEvent); });
+  for (Tenant* t : {&a, &b}) {
+    ASSERT_EQ(t->call([](wire::Call::Builder c) { c.initGraphCreate().setGraph(300); }).status, CUDA_SUCCESS);
+  }
+  ASSERT_EQ(b.call([](wire::Call::Builder c) { c.initGraphCreate().setGraph(400); }).status, CUDA_SUCCESS);
+
+  EXPECT_EQ(addNode(a, 300, memsetOf(theirs, 4)).status, CUDA_ERROR_INVALID_VALUE);   // another tenant's memory
+  EXPECT_EQ(addNode(a, 300, memsetOf(0x1000, 4)).status, CUDA_ERROR_INVALID_VALUE);   // nobody's
+  EXPECT_EQ(addNode(a, 300, memsetOf(mine, 17)).status, CUDA_ERROR_INVALID_VALUE);    // 68 bytes: past the allocation
+  EXPECT_EQ(addNode(a, 300, memsetOf(mine, 4, 3)).status, CUDA_ERROR_INVALID_VALUE);  // no 3-byte memset
+  EXPECT_EQ(addNode(a, 300, memsetOf(mine, 4), {9}).status, CUDA_ERROR_INVALID_VALUE);  // no node 9
+  EXPECT_EQ(addNode(a, 999, memsetOf(mine, 4)).status, CUDA_ERROR_INVALID_VALUE);       // no graph 999
+  // Tenant b's event and graph ids name nothing of tenant a's.
+  EXPECT_EQ(addNode(a, 300, [](wire::AddNode::Builder n) { n.setEventRecord(kEvent); }).status,
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(addNode(a, 300, [](wire::AddNode::Builder n) { n.setEventWait(kEvent); }).status,
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(addNode(a, 300, [](wire::AddNode::Builder n) { n.setChildGraph(400); }).status, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(addNode(a, 300, [](wire::AddNode::Builder n) { n.setChildGraph(300); }).status,
+            CUDA_ERROR_INVALID_VALUE);  // itself
+  EXPECT_EQ(a.read(mine), 0u);
+
+  ASSERT_EQ(a.call([](wire::Call::Builder c) { c.initGraphCreate().setGraph(301); }).status, CUDA_SUCCESS);
+  EXPECT_EQ(b.call([](wire::Call::Builder c) { c.initGraphGetEdges().setGraph(301); }).status, CUDA_ERROR_INVALID_VALUE);
+  Answer foreignNode = b.call([](wire::Call::Builder c) {
+    auto n = c.initGraphDestroyNode();
+    n.setGraph(301);
+    n.setNode(1);
+  });
+  EXPECT_EQ(foreignNode.status, CUDA_ERROR_INVALID_VALUE);
+  Answer noNode = a.call([](wire::Call::Builder c) {
+    auto n = c.initGraphDestroyNode();
+    n.setGraph(301);
+    n.setNode(1);  // an empty graph
+  });
+  EXPECT_EQ(noNode.status, CUDA_ERROR_INVALID_VALUE);
+  auto clone = [](Tenant& t, uint64_t graph, uint64_t copy) {
+    return t.call([&](wire::Call::Builder c) {
+      auto g = c.initGraphClone();
+      g.setGraph(graph);
+      g.setClone(copy);
+    }).status;
+  };
+  EXPECT_EQ(clone(b, 301, 302), CUDA_ERROR_INVALID_VALUE);  // not b's graph
+  EXPECT_EQ(clone(a, 301, 300), CUDA_ERROR_INVALID_VALUE);  // clone id in use
+  EXPECT_EQ(removeEdge(b, 301, 1, 2).status, CUDA_ERROR_INVALID_VALUE);
 }
 
 // --- ids ------------------------------------------------------------------------------------------

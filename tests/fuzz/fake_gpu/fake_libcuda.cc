@@ -85,10 +85,14 @@ struct FakeNode : FakeObject {
   std::vector<std::vector<unsigned char>> params;
   std::vector<void*> paramPointers;
   std::function<CUresult()> work;  // nodes other than kernels
+  const FakeNode* original = nullptr;  // in a clone: the node it was copied from
+  CUDA_MEMSET_NODE_PARAMS memset{};     // a memset node's parameters
+  bool enabled = true;                  // in an executable graph: cuGraphNodeSetEnabled
 };
 
 struct FakeGraph : FakeObject {
   std::vector<std::unique_ptr<FakeNode>> nodes;
+  std::vector<std::pair<FakeNode*, FakeNode*>> edges;  // only listed: nodes run in the order added
   std::vector<FakeStream*> joined;  // streams in its capture besides the origin
   uint64_t captureId = 0;
   bool invalidated = false;
@@ -301,6 +305,7 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
 }
 
 CUresult runNode(FakeNode& n) {
+  if (!n.enabled) return CUDA_SUCCESS;
   if (n.type != CU_GRAPH_NODE_TYPE_KERNEL) return n.work ? n.work() : CUDA_SUCCESS;
   if (!live(reinterpret_cast<FakeFunction*>(n.function))) return CUDA_ERROR_INVALID_HANDLE;
   runKernel(n.function, n.paramPointers.data());
@@ -792,6 +797,15 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERN
   if (!live(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
   return setKernelParams(*n, p);
 }
+void addEdges(FakeGraph& g, const CUgraphNode* from, size_t count, FakeNode* to) {
+  for (size_t i = 0; i < count; ++i) g.edges.emplace_back(reinterpret_cast<FakeNode*>(from[i]), to);
+}
+// A copy of `n` whose parameter pointers point at its own parameters.
+void copyNodeInto(const FakeNode& n, FakeNode& copy) {
+  copy = n;
+  copy.paramPointers.clear();
+  for (auto& param : copy.params) copy.paramPointers.push_back(param.data());
+}
 // Dependencies must be nodes of the same graph (the fake runs nodes in the order they were added).
 bool ownNodes(const FakeGraph& g, const CUgraphNode* nodes, size_t count) {
   for (size_t i = 0; i < count; ++i) {
@@ -813,6 +827,7 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph graph, const 
   added.sharedMem = n.sharedMem;
   added.params = std::move(n.params);
   for (auto& param : added.params) added.paramPointers.push_back(param.data());
+  addEdges(*g, deps, count, &added);
   *out = reinterpret_cast<CUgraphNode>(&added);
   return CUDA_SUCCESS;
 }
@@ -829,6 +844,7 @@ CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph graph, const CUg
     copyRows(dst, copy.dstPitch, src, copy.srcPitch, copy.WidthInBytes, std::max<size_t>(copy.Height, 1));
     return CUDA_SUCCESS;
   };
+  addEdges(*g, deps, count, &added);
   *out = reinterpret_cast<CUgraphNode>(&added);
   return CUDA_SUCCESS;
 }
@@ -836,6 +852,7 @@ CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* fro
                                            const CUgraphEdgeData*, size_t count) {
   auto* g = reinterpret_cast<FakeGraph*>(graph);
   if (!live(g) || !ownNodes(*g, from, count) || !ownNodes(*g, to, count)) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) addEdges(*g, &from[i], 1, reinterpret_cast<FakeNode*>(to[i]));
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph graph, unsigned long long flags) {
@@ -843,12 +860,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph graph, un
   if (!live(g) || out == nullptr || flags > 15) return CUDA_ERROR_INVALID_VALUE;
   auto* e = new FakeExec;
   e->source = g;
-  for (auto& n : g->nodes) {
-    e->nodes.push_back(*n);
-    FakeNode& copy = e->nodes.back();
-    copy.paramPointers.clear();
-    for (auto& param : copy.params) copy.paramPointers.push_back(param.data());
-  }
+  for (auto& n : g->nodes) copyNodeInto(*n, e->nodes.emplace_back());
   ++liveGraphs;
   *out = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;
@@ -859,16 +871,21 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
   --liveGraphs;
   return destroy(e);
 }
+// The executable graph's copy of `n`, a node of the graph it was instantiated from.
+FakeNode* execCopyOf(FakeExec* e, FakeNode* n) {
+  if (!live(e) || !live(n) || !live(e->source) || n->graph != e->source) return nullptr;
+  for (size_t i = 0; i < e->nodes.size() && i < e->source->nodes.size(); ++i) {
+    if (e->source->nodes[i].get() == n) return &e->nodes[i];
+  }
+  return nullptr;
+}
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
                                                    const CUDA_KERNEL_NODE_PARAMS* p) {
   auto* e = reinterpret_cast<FakeExec*>(exec);
   auto* n = reinterpret_cast<FakeNode*>(node);
   if (!live(e) || !live(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
-  if (!live(e->source) || n->graph != e->source) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < e->nodes.size(); ++i) {
-    if (e->source->nodes[i].get() == n) return setKernelParams(e->nodes[i], p);
-  }
-  return CUDA_ERROR_INVALID_VALUE;
+  FakeNode* copy = execCopyOf(e, n);
+  return copy != nullptr ? setKernelParams(*copy, p) : CUDA_ERROR_INVALID_VALUE;
 }
 // Into a capturing stream a graph launch is captured (as one node); else its nodes run now.
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
@@ -884,6 +901,159 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
 CUresult CUDAAPI cuGraphUpload(CUgraphExec exec, CUstream s) {
   if (!live(reinterpret_cast<FakeExec*>(exec))) return CUDA_ERROR_INVALID_VALUE;
   return checkStream(s);
+}
+
+// A memset node's parameters, and the work each launch redoes with them.
+void setMemset(FakeNode& n, const CUDA_MEMSET_NODE_PARAMS& m) {
+  n.memset = m;
+  n.work = [m] {
+    size_t height = std::max<size_t>(m.height, 1);
+    if (m.elementSize == 1) fillRows<uint8_t>(m.dst, m.pitch, static_cast<uint8_t>(m.value), m.width, height);
+    if (m.elementSize == 2) fillRows<uint16_t>(m.dst, m.pitch, static_cast<uint16_t>(m.value), m.width, height);
+    if (m.elementSize == 4) fillRows<uint32_t>(m.dst, m.pitch, m.value, m.width, height);
+    return CUDA_SUCCESS;
+  };
+}
+// Nodes without a kernel: `work` (if any) is what each launch redoes.
+CUresult addPlainNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count, CUgraphNodeType type,
+                      std::function<CUresult()> work = {}) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || out == nullptr || !ownNodes(*g, deps, count)) return CUDA_ERROR_INVALID_VALUE;
+  FakeNode& added = addNode(*g, type);
+  added.work = std::move(work);
+  addEdges(*g, deps, count, &added);
+  *out = reinterpret_cast<CUgraphNode>(&added);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count) {
+  return addPlainNode(out, graph, deps, count, CU_GRAPH_NODE_TYPE_EMPTY);
+}
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                      const CUDA_MEMSET_NODE_PARAMS* p, CUcontext) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = addPlainNode(out, graph, deps, count, CU_GRAPH_NODE_TYPE_MEMSET);
+  if (r == CUDA_SUCCESS) setMemset(*reinterpret_cast<FakeNode*>(*out), *p);
+  return r;
+}
+CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* p) {
+  auto* n = reinterpret_cast<FakeNode*>(node);
+  if (!live(n) || n->type != CU_GRAPH_NODE_TYPE_MEMSET || p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *p = n->memset;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p) {
+  auto* n = reinterpret_cast<FakeNode*>(node);
+  if (!live(n) || n->type != CU_GRAPH_NODE_TYPE_MEMSET || p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  setMemset(*n, *p);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p,
+                                                CUcontext) {
+  FakeNode* copy = execCopyOf(reinterpret_cast<FakeExec*>(exec), reinterpret_cast<FakeNode*>(node));
+  if (copy == nullptr || copy->type != CU_GRAPH_NODE_TYPE_MEMSET || p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  setMemset(*copy, *p);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int* enabled) {
+  FakeNode* copy = execCopyOf(reinterpret_cast<FakeExec*>(exec), reinterpret_cast<FakeNode*>(node));
+  if (copy == nullptr || enabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *enabled = copy->enabled ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int enabled) {
+  FakeNode* copy = execCopyOf(reinterpret_cast<FakeExec*>(exec), reinterpret_cast<FakeNode*>(node));
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  copy->enabled = enabled != 0;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                           CUevent event) {
+  if (!live(reinterpret_cast<FakeEvent*>(event))) return CUDA_ERROR_INVALID_HANDLE;
+  return addPlainNode(out, graph, deps, count, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+}
+CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                         CUevent event) {
+  if (!live(reinterpret_cast<FakeEvent*>(event))) return CUDA_ERROR_INVALID_HANDLE;
+  return addPlainNode(out, graph, deps, count, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+}
+// The node runs a copy of the child's nodes, as of now.
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                          CUgraph child) {
+  auto* c = reinterpret_cast<FakeGraph*>(child);
+  if (!live(c) || child == graph) return CUDA_ERROR_INVALID_VALUE;
+  auto copies = std::make_shared<std::vector<FakeNode>>();
+  for (auto& n : c->nodes) copyNodeInto(*n, copies->emplace_back());
+  return addPlainNode(out, graph, deps, count, CU_GRAPH_NODE_TYPE_GRAPH, [copies] {
+    for (FakeNode& n : *copies) {
+      if (CUresult r = runNode(n); r != CUDA_SUCCESS) return r;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph graph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* data,
+                                    size_t* count) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (from == nullptr) {
+    *count = g->edges.size();
+    return CUDA_SUCCESS;
+  }
+  *count = std::min(*count, g->edges.size());
+  for (size_t i = 0; i < *count; ++i) {
+    from[i] = reinterpret_cast<CUgraphNode>(g->edges[i].first);
+    to[i] = reinterpret_cast<CUgraphNode>(g->edges[i].second);
+    if (data != nullptr) data[i] = CUgraphEdgeData{};
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                              const CUgraphEdgeData*, size_t count) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!live(g) || !ownNodes(*g, from, count) || !ownNodes(*g, to, count)) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    auto edge = std::make_pair(reinterpret_cast<FakeNode*>(from[i]), reinterpret_cast<FakeNode*>(to[i]));
+    auto it = std::find(g->edges.begin(), g->edges.end(), edge);
+    if (it == g->edges.end()) return CUDA_ERROR_INVALID_VALUE;
+    g->edges.erase(it);
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node) {
+  auto* n = reinterpret_cast<FakeNode*>(node);
+  if (!live(n)) return CUDA_ERROR_INVALID_VALUE;
+  FakeGraph& g = *n->graph;
+  std::erase_if(g.edges, [n](const auto& e) { return e.first == n || e.second == n; });
+  n->magic = 0;
+  std::erase_if(g.nodes, [n](const auto& owned) { return owned.get() == n; });
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphClone(CUgraph* out, CUgraph original) {
+  auto* g = reinterpret_cast<FakeGraph*>(original);
+  if (!live(g) || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* clone = new FakeGraph;
+  ++liveGraphs;
+  std::map<const FakeNode*, FakeNode*> copyOf;
+  for (auto& n : g->nodes) {
+    FakeNode& copy = *clone->nodes.emplace_back(std::make_unique<FakeNode>());
+    copyNodeInto(*n, copy);
+    copy.graph = clone;
+    copy.original = n.get();
+    copyOf[n.get()] = &copy;
+  }
+  for (auto& [from, to] : g->edges) clone->edges.emplace_back(copyOf[from], copyOf[to]);
+  *out = reinterpret_cast<CUgraph>(clone);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* out, CUgraphNode original, CUgraph cloned) {
+  auto* clone = reinterpret_cast<FakeGraph*>(cloned);
+  if (!live(clone) || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& n : clone->nodes) {
+    if (n->original == reinterpret_cast<FakeNode*>(original)) {
+      *out = reinterpret_cast<CUgraphNode>(n.get());
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
 }
 
 // For tests: graphs and executable graphs created and not destroyed.

@@ -242,4 +242,76 @@ TEST_F(StreamCapture, ExplicitGraphsTakeOnlyTheirOwnNodesAndDeviceMemory) {
   EXPECT_EQ(cudaFree(device), cudaSuccess);
 }
 
+TEST_F(StreamCapture, HandBuiltNodesAndStructureQueriesAreCheckedBeforeAnythingIsSent) {
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+  auto* bogusGraph = reinterpret_cast<cudaGraph_t>(uintptr_t{0x3000});
+  auto* bogusNode = reinterpret_cast<cudaGraphNode_t>(uintptr_t{0x4000});
+  auto* bogusEvent = reinterpret_cast<cudaEvent_t>(uintptr_t{0x5000});
+  uint64_t calls = server->calls();
+  cudaGraphNode_t node = nullptr;
+  cudaMemsetParams memset{};
+  memset.dst = reinterpret_cast<void*>(uintptr_t{0x7f0000100000});
+  memset.elementSize = 3;
+  memset.width = 4;
+  memset.height = 1;
+  EXPECT_EQ(cudaGraphAddMemsetNode(&node, graph, nullptr, 0, &memset), cudaErrorInvalidValue);  // no 3-byte memset
+  memset.elementSize = 4;
+  memset.width = 0;
+  EXPECT_EQ(cudaGraphAddMemsetNode(&node, graph, nullptr, 0, &memset), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphAddMemsetNode(&node, graph, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphAddEventRecordNode(&node, graph, nullptr, 0, bogusEvent), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaGraphAddEventWaitNode(&node, graph, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphAddChildGraphNode(&node, graph, nullptr, 0, graph), cudaErrorInvalidValue);  // itself
+  EXPECT_EQ(cudaGraphAddChildGraphNode(&node, graph, nullptr, 0, bogusGraph), cudaErrorInvalidValue);
+  EXPECT_EQ(cuGraphAddChildGraphNode(reinterpret_cast<CUgraphNode*>(&node), reinterpret_cast<CUgraph>(graph), nullptr,
+                                     0, reinterpret_cast<CUgraph>(bogusGraph)),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cudaGraphAddEmptyNode(&node, graph, &bogusNode, 1), cudaErrorInvalidValue);  // not a node of the graph
+  EXPECT_EQ(cudaGraphAddEmptyNode(nullptr, graph, nullptr, 0), cudaErrorInvalidValue);
+
+  size_t count = 0;
+  cudaGraphNode_t from[1];
+  EXPECT_EQ(cudaGraphGetEdges(graph, from, nullptr, nullptr, &count), cudaErrorInvalidValue);  // both or neither
+  EXPECT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphGetRootNodes(bogusGraph, nullptr, &count), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphNodeGetDependencies(bogusNode, nullptr, nullptr, &count), cudaErrorInvalidValue);
+  EXPECT_EQ(cuGraphNodeGetDependentNodes(reinterpret_cast<CUgraphNode>(bogusNode), nullptr, nullptr, &count),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cudaGraphRemoveDependencies(graph, &bogusNode, &bogusNode, nullptr, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphDestroyNode(reinterpret_cast<cudaGraphNode_t>(graph)), cudaErrorInvalidValue);  // not a node
+  EXPECT_EQ(cudaGraphClone(nullptr, graph), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphNodeFindInClone(&node, bogusNode, graph), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphDebugDotPrint(graph, nullptr, 0), cudaErrorInvalidValue);
+  cudaMemsetParams params{};
+  EXPECT_EQ(cudaGraphMemsetNodeGetParams(bogusNode, &params), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphMemsetNodeSetParams(bogusNode, &memset), cudaErrorInvalidValue);
+  unsigned enabled = 0;
+  EXPECT_EQ(cudaGraphNodeGetEnabled(nullptr, bogusNode, &enabled), cudaErrorInvalidValue);
+  EXPECT_EQ(cuGraphNodeSetEnabled(reinterpret_cast<CUgraphExec>(uintptr_t{0x2000}),
+                                  reinterpret_cast<CUgraphNode>(bogusNode), 1),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(server->calls(), calls);  // all refused here
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
+TEST_F(StreamCapture, AnExecutableGraphKeepsItsInstantiateFlags) {
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch), cudaSuccess);
+  unsigned long long flags = 0;
+  EXPECT_EQ(cudaGraphExecGetFlags(exec, &flags), cudaSuccess);
+  EXPECT_EQ(flags, static_cast<unsigned long long>(cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  cuuint64_t driverFlags = 0;
+  EXPECT_EQ(cuGraphExecGetFlags(reinterpret_cast<CUgraphExec>(exec), &driverFlags), CUDA_SUCCESS);
+  EXPECT_EQ(driverFlags, flags);
+  EXPECT_EQ(cudaGraphExecGetFlags(exec, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphExecGetFlags(exec, &flags), cudaErrorInvalidValue);  // stale
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
 }  // namespace
