@@ -126,6 +126,11 @@ struct Call {
     graphMemsetNodeSetParams @57 :Graph.MemsetNodeSetParams;
     graphNodeGetEnabled @58 :Graph.ExecNodeRef;          # Reply.value: 1 if enabled
     graphNodeSetEnabled @59 :Graph.NodeSetEnabled;
+
+    linkCreate @60 :Module.LinkCreate;                   # Reply.link (logs)
+    linkAddData @61 :Module.LinkAddData;                 # Reply.link (logs)
+    linkComplete @62 :Module.LinkRef;                    # Reply.link (logs, image)
+    linkDestroy @63 :Module.LinkRef;                     # one-way
   }
 }
 
@@ -146,6 +151,7 @@ struct Reply {
     libraryOut @11 :Data;         # a library call's outputs, in parameter order
     graph @12 :Graph.GraphReply;  # graphGetNodes, graphKernelNodeGetParams
     tensorMap @13 :Data;          # the 128 bytes of an encoded CUtensorMap
+    link @14 :Module.LinkResult;  # linkCreate, linkAddData, linkComplete
   }
 }
 

@@ -86,3 +86,40 @@ struct Occupancy {
   availableDynamicSmem @4 :Bool;  # cuOccupancyAvailableDynamicSMemPerBlock(numBlocks, blockSize)
   numBlocks @5 :Int32;
 }
+
+# Driver JIT linking (cuLink*): the link state lives in tallyd, where the driver's linker runs,
+# under a client-chosen id. Log buffers are client memory: tallyd fills buffers of the sizes
+# asked for and sends their text back (LinkResult), with the wall time and, at completion, the
+# linked image.
+struct JitOption {
+  option @0 :UInt32;              # CUjit_option, a value option only (no pointers, no outputs)
+  value @1 :UInt64;
+}
+
+struct LinkCreate {
+  device @0 :UInt32;
+  link @1 :UInt64;                # client-chosen id
+  options @2 :List(JitOption);
+  infoLogBytes @3 :UInt32;        # 0: no info log buffer
+  errorLogBytes @4 :UInt32;       # 0: no error log buffer
+  wallTime @5 :Bool;              # CU_JIT_WALL_TIME was asked for
+}
+
+struct LinkAddData {
+  link @0 :UInt64;
+  inputType @1 :UInt32;           # CUjitInputType
+  name @2 :Text;
+  size @3 :UInt64;                # the input's bytes follow as bulk
+  options @4 :List(JitOption);
+}
+
+struct LinkRef {
+  link @0 :UInt64;
+}
+
+struct LinkResult {
+  infoLog @0 :Text;
+  errorLog @1 :Text;
+  wallTimeMs @2 :Float32;
+  image @3 :Data;                 # linkComplete only: the linked cubin
+}

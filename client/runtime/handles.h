@@ -25,6 +25,7 @@ enum class HandleMagic : uint32_t {
   kFunction = 0x7a11a504,
   kKernel = 0x7a11a505,
   kMemPool = 0x7a11a506,  // client/api/memory_pool.cc
+  kLink = 0x7a11a507,     // client/api/jit_link.cc
   kGraph = 0x7a11a5c1,      // client/api/graph.cc
   kGraphExec = 0x7a11a5c2,
   kGraphNode = 0x7a11a5c3,

@@ -124,6 +124,7 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call);
 void handleMemory(CallContext& ctx, wire::Call::Reader call);
 void handleStream(CallContext& ctx, wire::Call::Reader call);
 void handleModule(CallContext& ctx, wire::Call::Reader call);
+void handleJitLink(CallContext& ctx, wire::Call::Reader call);  // jit_link_api.cc
 void handleLaunch(CallContext& ctx, wire::Call::Reader call);
 void handleDevice(CallContext& ctx, wire::Call::Reader call);
 void handleLibrary(CallContext& ctx, wire::Call::Reader call);

@@ -169,6 +169,9 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
     case W::FUNC_SET_ATTRIBUTE: case W::OCCUPANCY: case W::TENSOR_MAP_ENCODE_TILED:
       handleModule(ctx, call);
       break;
+    case W::LINK_CREATE: case W::LINK_ADD_DATA: case W::LINK_COMPLETE: case W::LINK_DESTROY:
+      handleJitLink(ctx, call);
+      break;
     case W::LAUNCH_KERNEL:
       handleLaunch(ctx, call);
       break;

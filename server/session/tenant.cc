@@ -134,6 +134,7 @@ void Tenant::release() {
   streams_.freePtbControls();
   streams_.destroyPrivateStreams();
   destroyMemPools();
+  destroyLinks();
   streams_.destroyStreamsAndEvents();
   modules_.dropAll();
   streams_.freeRetiredHostFlags();
@@ -145,6 +146,16 @@ void Tenant::release() {
                id_, name_, streamCount, eventCount, moduleCount, libraryObjectCount, freedBytes, counters_.launches.load(),
                counters_.slicedLaunches.load(), counters_.ptbLaunches.load(), counters_.preemptions.load());
   streams_.clear();
+}
+
+// Links the client never destroyed; nothing of the GPU's work depends on them.
+void Tenant::destroyLinks() {
+  std::vector<std::unique_ptr<LinkState>> links = links_.takeAll();
+  for (const auto& link : links) {
+    link->gpu->makeCurrent();
+    cuLinkDestroy(link->state);
+  }
+  if (!links.empty()) spdlog::info("tenant {} ({}): destroyed {} JIT links", id_, name_, links.size());
 }
 
 // Mapped memory holds the tenant's data: cleared before it is unmapped (the tenant's streams are

@@ -19,6 +19,7 @@
 #include "server/session/host_waits.h"
 #include "server/session/graph_table.h"
 #include "server/session/library_object_table.h"
+#include "server/session/link_table.h"
 #include "server/session/mem_pool_table.h"
 #include "server/session/memory_table.h"
 #include "server/session/module_table.h"
@@ -106,6 +107,7 @@ class Tenant {
   VirtualMemoryTable& virtualMemory() { return virtualMemory_; }
   LibraryObjectTable& libraryObjects() { return libraryObjects_; }
   GraphTable& graphs() { return graphs_; }
+  LinkTable& links() { return links_; }
 
   // --- memory (allocations come from the GPU's pool on the tenant's allocation stream) ---
   CUresult allocate(uint32_t device, size_t size, CUdeviceptr& out);
@@ -171,6 +173,7 @@ class Tenant {
   // released; pools are destroyed once their memory is freed.
   void releaseVirtualMemory();
   void destroyMemPools();
+  void destroyLinks();
 
  private:
   uint64_t id_;
@@ -188,6 +191,7 @@ class Tenant {
   VirtualMemoryTable virtualMemory_;
   LibraryObjectTable libraryObjects_;
   GraphTable graphs_;  // after streams_: it counts captures there
+  LinkTable links_;
   uint32_t hostFuncsAwaited_ = 0;
   std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
   std::shared_ptr<gpu::StagingBudget> stagingBudget_;

@@ -118,6 +118,7 @@ struct Answer {
   std::vector<std::pair<uint32_t, uint32_t>> edges;  // (from, to) node ids
   uint64_t memsetDst = 0;
   uint32_t memsetValue = 0;
+  std::string linkImage, linkInfoLog, linkErrorLog;  // Reply.link
 };
 
 // One tenant, driven call by call over a socketpair to a real Session.
@@ -324,6 +325,12 @@ class Tenant {
     a.status = static_cast<CUresult>(reply.getStatus());
     a.deferred = static_cast<CUresult>(reply.getDeferredStatus());
     if (reply.isValue()) a.value = reply.getValue();
+    if (reply.isLink()) {
+      auto link = reply.getLink();
+      a.linkImage.assign(reinterpret_cast<const char*>(link.getImage().begin()), link.getImage().size());
+      a.linkInfoLog = link.getInfoLog();
+      a.linkErrorLog = link.getErrorLog();
+    }
     if (reply.isGraph()) {
       auto graph = reply.getGraph();
       if (graph.isNodeTypes()) {

@@ -43,7 +43,7 @@ ALL_PROGRAMS=(
   streams_events pinned_async host_threads driver_ptx error_cases memcpy_2d
   host_callbacks coop_launch_ex device_query large_transfers warp_ops kernel_printf
   stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding driver_contexts
-  stream_memory_ops graph_explicit
+  stream_memory_ops graph_explicit jit_link
 )
 
 # ---------------------------------------------------------------- GPU present?

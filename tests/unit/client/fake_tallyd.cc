@@ -86,10 +86,39 @@ std::vector<FakeTallyd::MemOp> FakeTallyd::lastStreamMemOps() {
   return lastStreamMemOps_;
 }
 
+FakeTallyd::LinkCreated FakeTallyd::lastLinkCreate() {
+  std::lock_guard lock(stateMutex_);
+  return lastLinkCreate_;
+}
+
+namespace {
+
+FakeTallyd::LinkCreated linkCreated(wire::LinkCreate::Reader create) {
+  FakeTallyd::LinkCreated out;
+  for (auto o : create.getOptions()) out.options.emplace_back(o.getOption(), o.getValue());
+  out.infoLogBytes = create.getInfoLogBytes();
+  out.errorLogBytes = create.getErrorLogBytes();
+  out.wallTime = create.getWallTime();
+  return out;
+}
+
+void answerLink(wire::Call::Reader call, wire::Reply::Builder reply) {
+  auto link = reply.initLink();
+  link.setInfoLog(kFakeInfoLog);
+  link.setErrorLog(kFakeErrorLog);
+  link.setWallTimeMs(1.5f);
+  if (call.isLinkComplete()) {
+    link.setImage(kj::arrayPtr(reinterpret_cast<const kj::byte*>(kFakeLinkedImage), sizeof kFakeLinkedImage));
+  }
+}
+
+}  // namespace
+
 void FakeTallyd::record(wire::Call::Reader call) {
   std::lock_guard lock(stateMutex_);
   ++callsByKind_[call.which()];
   if (call.isHostFunc()) hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
+  if (call.isLinkCreate()) lastLinkCreate_ = linkCreated(call.getLinkCreate());
   if (call.isStreamMemOps()) {
     lastStreamMemOps_.clear();
     for (auto op : call.getStreamMemOps().getOps()) {
@@ -145,6 +174,7 @@ bool FakeTallyd::handleFrame(FrameView& view) {
     reply.setId(call.getId());
     size_t bulk = 0;
     if (call.isMemAlloc()) reply.setValue(nextAddress_.fetch_add(1u << 20));
+    if (call.isLinkCreate() || call.isLinkAddData() || call.isLinkComplete()) answerLink(call, reply);
     if (call.isLibrary()) {  // every answer differs: 8 bytes counting the library round trips
       uint64_t n = ++libraryRoundTrips_;
       reply.setLibraryOut(kj::arrayPtr(reinterpret_cast<const kj::byte*>(&n), sizeof n));

@@ -1,7 +1,8 @@
 // A tallyd stand-in for client tests without a GPU: one client on a Unix socket, a Welcome for
 // one fake device, a Reply (status 0) to every call that wants one; device-to-host copies get
 // their bytes (all 0xAB) as Reply bulk, library calls 8 output bytes counting the library
-// round trips so far (1, 2, ...: no two answers alike). It counts the calls it receives, so a test can assert
+// round trips so far (1, 2, ...: no two answers alike); JIT link calls the logs kFakeInfoLog and
+// kFakeErrorLog, wall time 1.5 ms and, at LinkComplete, the image kFakeLinkedImage. It counts the calls it receives, so a test can assert
 // that a refused call sent nothing (in all, or of one kind), and can send HostFuncReady notices of its own choosing.
 #pragma once
 
@@ -16,6 +17,10 @@
 #include <vector>
 
 namespace tally::testing {
+
+inline constexpr char kFakeInfoLog[] = "fake info log";
+inline constexpr char kFakeErrorLog[] = "fake error log";
+inline constexpr char kFakeLinkedImage[] = "fake linked cubin";
 
 class FakeTallyd {
  public:
@@ -36,6 +41,13 @@ class FakeTallyd {
     uint32_t flags;
   };
   std::vector<MemOp> lastStreamMemOps();
+  // The last LinkCreate the client sent: its value options and log buffer sizes.
+  struct LinkCreated {
+    std::vector<std::pair<uint32_t, uint64_t>> options;
+    uint32_t infoLogBytes = 0, errorLogBytes = 0;
+    bool wallTime = false;
+  };
+  LinkCreated lastLinkCreate();
   // Callback ids the client sent in HostFunc calls.
   std::vector<uint64_t> hostFuncCallbacks();
   // Sends HostFuncReady naming `callback` on `stream`.
@@ -55,6 +67,7 @@ class FakeTallyd {
   std::vector<uint64_t> hostFuncCallbacks_;
   std::map<wire::Call::Which, uint64_t> callsByKind_;
   std::vector<MemOp> lastStreamMemOps_;
+  LinkCreated lastLinkCreate_;
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> zeroBulkFrames_{0};
   std::atomic<uint64_t> libraryRoundTrips_{0};
