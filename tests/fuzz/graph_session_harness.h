@@ -90,14 +90,14 @@ Server& server() {
   return *s;
 }
 
-Server& priorityServer() {
+[[maybe_unused]] Server& priorityServer() {
   static auto* s = new Server("priority");
   return *s;
 }
 
 // Graphs and executable graphs the fake driver holds (fake_gpu/fake_libcuda.cc, which the
 // driver shim dlopened as libcuda.so.1).
-size_t liveGraphs() {
+[[maybe_unused]] size_t liveGraphs() {
   static auto* count = [] {
     openGpus();  // loads the driver
     void* fake = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
