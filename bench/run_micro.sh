@@ -132,16 +132,9 @@ TALLYD_LOG="$OUT_DIR/tallyd.log"
 : >"$LOG"
 : >"$TALLYD_LOG"
 
-stop_tallyd() {
-  if [ -n "$TALLYD_PID" ] && kill -0 "$TALLYD_PID" 2>/dev/null; then
-    kill -TERM "$TALLYD_PID" 2>/dev/null
-    for _ in $(seq 50); do
-      kill -0 "$TALLYD_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -0 "$TALLYD_PID" 2>/dev/null && kill -KILL "$TALLYD_PID" 2>/dev/null
-    wait "$TALLYD_PID" 2>/dev/null
-  fi
+stop_tallyd() {  # tally_lib.sh's, on this script's pid variable
+  TL_TALLYD_PID=$TALLYD_PID
+  tl_stop_tallyd
   TALLYD_PID=""
 }
 CHILD_PID=""

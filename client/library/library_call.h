@@ -90,7 +90,7 @@ class Call {
   // library gives a bad handle, before anything is sent.
   void handle(const void* h);
   void object(const void* o, uint32_t /*typeTag: checked by tallyd*/) {
-    named_.push_back({id(o), args_.bytes().size()});
+    if (cacheRole_ != CacheRole::kNone) named_.push_back({id(o), args_.bytes().size()});
     args_.put(id(o));
   }
   // A descriptor created by this call: the id is chosen here and written to *out at once.
@@ -130,6 +130,7 @@ class Call {
   // `status` without a round trip.
   void refuse(int status = -1) { refused_ = status; }
   // What this call does for the client's answer cache (the generator says; answer_cache.h).
+  // Set before the arguments: only then are the descriptors it names recorded.
   void cacheRole(CacheRole role) { cacheRole_ = role; }
 
   // Sends the call; returns the library status. `oneWayAllowed`: no reply is needed unless the

@@ -403,6 +403,9 @@ def client_stub(fn: Function) -> str:
                 f"  return {not_supported_status(fn)};\n}}\n")
     fam = "kCublas" if fn.family == "cublas" else "kCudnn"
     body = [f'  tally::client::library::Call tally_call(tally::client::library::Family::{fam}, "{fn.name}", 0x{fnv1a(fn.name):08x}u);']
+    role = cache_role(fn)
+    if role:  # first: the call records the descriptors it names only when a role needs them
+        body.append(f"  tally_call.cacheRole(tally::client::library::CacheRole::{role});")
     handle = next((p.name for p, k in zip(fn.params, fn.kinds) if k == "handle"), "nullptr")
     for p, k in zip(fn.params, fn.kinds):
         kind, _, count = k.partition(":")
@@ -410,9 +413,6 @@ def client_stub(fn: Function) -> str:
         call = CLIENT_CALLS[kind].format(name=p.name, tag=f"0x{fnv1a(p.base):08x}u", handle=handle, size=size,
                                          count=count)
         body.append(f"  tally_call.{call};")
-    role = cache_role(fn)
-    if role:
-        body.append(f"  tally_call.cacheRole(tally::client::library::CacheRole::{role});")
     body.append(f"  return static_cast<{fn.ret}>(tally_call.run({'true' if one_way(fn) else 'false'}));")
     return head + "\n".join(body) + "\n}\n"
 
