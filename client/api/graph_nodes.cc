@@ -328,7 +328,9 @@ CUresult cloneGraph(CUgraph* out, CUgraph original, Api api) {
   return CUDA_SUCCESS;
 }
 
-// Nodes added to either graph after the clone have ids past `clonedIds` and match nothing.
+// Nodes added to either graph after the clone have ids past `clonedIds` and match nothing. A
+// graph that is not a clone of the node's graph (the original itself, say) finds nothing: the
+// native error, with the output cleared (natively the node handle it held is unusable after).
 CUresult findInClone(CUgraphNode* out, CUgraphNode original, CUgraph cloned, Api api) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   GraphNodeHandle* n = nullptr;
@@ -338,6 +340,7 @@ CUresult findInClone(CUgraphNode* out, CUgraphNode original, CUgraph cloned, Api
   std::lock_guard lock(clone->mutex);
   auto it = clone->nodes.find(n->id);
   if (clone->clonedFrom != n->graph->id || n->id > clone->clonedIds || it == clone->nodes.end()) {
+    *out = nullptr;
     return CUDA_ERROR_INVALID_VALUE;
   }
   *out = reinterpret_cast<CUgraphNode>(it->second);

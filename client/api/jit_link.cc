@@ -34,9 +34,15 @@ struct JitOptions {
   char* errorLog = nullptr;
   void** errorLogBytes = nullptr;
   void** wallTime = nullptr;       // OUT: milliseconds, a float in the slot itself
+  // The buffers' sizes as given (the IN values): the slots above are overwritten with the bytes
+  // filled after each call, so they cannot say how large the buffers are any more.
+  unsigned infoLogCapacity = 0;
+  unsigned errorLogCapacity = 0;
 
   bool hasOutputs() const { return infoLog || infoLogBytes || errorLog || errorLogBytes || wallTime; }
-  unsigned logSize(void** slot) const { return slot != nullptr ? static_cast<unsigned>(reinterpret_cast<uintptr_t>(*slot)) : 0; }
+  static unsigned logSize(void** slot) {
+    return slot != nullptr ? static_cast<unsigned>(reinterpret_cast<uintptr_t>(*slot)) : 0;
+  }
 };
 
 const char* optionName(CUjit_option option) {
@@ -82,10 +88,11 @@ CUresult parseJitOptions(unsigned count, CUjit_option* options, void** values, J
         out.values.emplace_back(options[i], reinterpret_cast<uintptr_t>(values[i]));
     }
   }
+  out.infoLogCapacity = JitOptions::logSize(out.infoLogBytes);
+  out.errorLogCapacity = JitOptions::logSize(out.errorLogBytes);
   // A size without its buffer would have the driver write through a null pointer.
-  if ((out.logSize(out.infoLogBytes) > 0 && out.infoLog == nullptr) ||
-      (out.logSize(out.errorLogBytes) > 0 && out.errorLog == nullptr) || out.logSize(out.infoLogBytes) > kMaxLogBytes ||
-      out.logSize(out.errorLogBytes) > kMaxLogBytes) {
+  if ((out.infoLogCapacity > 0 && out.infoLog == nullptr) || (out.errorLogCapacity > 0 && out.errorLog == nullptr) ||
+      out.infoLogCapacity > kMaxLogBytes || out.errorLogCapacity > kMaxLogBytes) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -107,22 +114,24 @@ struct LinkHandle {
 
 LinkHandle* asLink(CUlinkState state) { return checkedHandle<LinkHandle>(state, HandleMagic::kLink); }
 
-// Copies tallyd's log text into the application's buffer (NUL-terminated, truncated to fit)
-// and its size slot to the bytes filled.
-void copyLog(const capnp::Text::Reader text, char* buffer, void** sizeSlot) {
-  unsigned size = sizeSlot != nullptr ? static_cast<unsigned>(reinterpret_cast<uintptr_t>(*sizeSlot)) : 0;
-  if (buffer == nullptr || size == 0) return;
-  size_t filled = std::min<size_t>(text.size(), size - 1);
+// Copies tallyd's log text — its whole buffer, as the driver left it — into the application's
+// buffer of `capacity` bytes (NUL-terminated, truncated to fit), and the bytes filled into the
+// size slot once there is text. The capacity is the one cuLinkCreate was given, never the slot:
+// the driver links later than it is created, so the first reply (cuLinkCreate's) has no text
+// yet, and a slot set to 0 then left every later log uncopied.
+void copyLog(const capnp::Text::Reader text, char* buffer, unsigned capacity, void** sizeSlot) {
+  if (buffer == nullptr || capacity == 0) return;
+  size_t filled = std::min<size_t>(text.size(), capacity - 1);
   std::memcpy(buffer, text.begin(), filled);
   buffer[filled] = '\0';
-  *sizeSlot = reinterpret_cast<void*>(static_cast<uintptr_t>(filled > 0 ? filled + 1 : 0));
+  if (filled > 0 && sizeSlot != nullptr) *sizeSlot = reinterpret_cast<void*>(static_cast<uintptr_t>(filled + 1));
 }
 
 void writeOutputs(const JitOptions& outputs, ReplyMessage& reply) {
   if (!reply.reply().isLink()) return;
   auto result = reply.reply().getLink();
-  copyLog(result.getInfoLog(), outputs.infoLog, outputs.infoLogBytes);
-  copyLog(result.getErrorLog(), outputs.errorLog, outputs.errorLogBytes);
+  copyLog(result.getInfoLog(), outputs.infoLog, outputs.infoLogCapacity, outputs.infoLogBytes);
+  copyLog(result.getErrorLog(), outputs.errorLog, outputs.errorLogCapacity, outputs.errorLogBytes);
   if (outputs.wallTime != nullptr) {
     float ms = result.getWallTimeMs();
     *outputs.wallTime = nullptr;
@@ -143,8 +152,8 @@ CUresult createLink(unsigned count, CUjit_option* options, void** values, CUlink
     create.setDevice(currentDevice());
     create.setLink(link->id);
     setOptions(create.initOptions(static_cast<unsigned>(o.values.size())), o);
-    create.setInfoLogBytes(o.infoLog != nullptr ? o.logSize(o.infoLogBytes) : 0);
-    create.setErrorLogBytes(o.errorLog != nullptr ? o.logSize(o.errorLogBytes) : 0);
+    create.setInfoLogBytes(o.infoLog != nullptr ? o.infoLogCapacity : 0);
+    create.setErrorLogBytes(o.errorLog != nullptr ? o.errorLogCapacity : 0);
     create.setWallTime(o.wallTime != nullptr);
   }, &reply);
   writeOutputs(o, reply);

@@ -134,11 +134,12 @@ void trimTo(CallContext& ctx, wire::MemPoolTrim::Reader args) {
   session::MemPoolTable::Pool* p = poolFor(ctx, args.getPool());
   if (p == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   p->gpu->makeCurrent();
-  // The driver trims only memory whose asynchronous free it has seen complete from the host.
-  // The tenant's own syncs are answered from tallyd's completion words, which the driver does
-  // not see, so a query of each of its streams first lets finished frees count (a query, not a
-  // sync: a stream may wait for a host function this thread has to deliver).
-  for (session::StreamState* s : ctx.tenant().streams().streamsOf(p->gpu)) cuStreamQuery(s->stream);
+  // The driver gives back only memory whose asynchronous free it has seen complete in a
+  // synchronize of the freeing stream ("completion observed on the host"); a query does not
+  // count (the H200 kept a freed 64 MiB reserved after one). The tenant's own syncs are answered
+  // from tallyd's completion events, which the driver does not count either, so the tenant's
+  // idle streams on this GPU are synchronized first (StreamTable::observeIdleStreams).
+  ctx.tenant().streams().observeIdleStreams(p->gpu);
   ctx.finish(cuMemPoolTrimTo(p->pool, args.getMinBytesToKeep()));
 }
 

@@ -2,6 +2,7 @@
 // GPU: every wait becomes an event watched by the device's completion queue.
 #include "common/stream/stream_mem_ops.h"
 #include "server/api/call_context.h"
+#include "server/gpu/cuda_check.h"
 
 #include <spdlog/spdlog.h>
 
@@ -230,7 +231,21 @@ void streamMemOps(CallContext& ctx, wire::StreamMemOps::Reader args) {
   }
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
-  ctx.finish(enqueueMemOps(s->stream, params));
+  CUresult r = enqueueMemOps(s->stream, params);
+  if (r != CUDA_SUCCESS) {
+    // One-way: the tenant sees only a deferred error at its next sync, so say which operation
+    // the driver refused, why, and whether its word is pooled (stream-ordered) memory, which
+    // is how tallyd allocates the tenants' cudaMalloc memory.
+    auto first = ops[0];
+    CUmemoryPool pool = nullptr;
+    bool pooled = cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, first.getAddress()) == CUDA_SUCCESS &&
+                  pool != nullptr;
+    spdlog::warn("tenant {} ({}): the driver refused {} stream memory operation(s) on stream {} (first: operation {}, "
+                 "flags 0x{:x}, at 0x{:x}, {}): {}",
+                 t.id(), t.name(), ops.size(), args.getStream(), first.getOperation(), first.getFlags(),
+                 first.getAddress(), pooled ? "pooled memory" : "not pooled memory", gpu::describe(r));
+  }
+  ctx.finish(r);
 }
 
 }  // namespace

@@ -230,6 +230,18 @@ void StreamTable::releaseAtEnd(gpu::Gpu* g, CUdeviceptr ptr, size_t size, bool f
   }
 }
 
+void StreamTable::observeIdleStreams(gpu::Gpu* g) {
+  g->makeCurrent();
+  std::vector<CUstream> streams;
+  for (StreamState* s : streamsOf(g)) {
+    if (!capturing(*s)) streams.push_back(s->stream);
+  }
+  if (auto it = syncStreams_.find(g); it != syncStreams_.end()) streams.push_back(it->second);
+  for (CUstream s : streams) {
+    if (cuStreamQuery(s) == CUDA_SUCCESS) cuStreamSynchronize(s);
+  }
+}
+
 // --- events ----------------------------------------------------------------------------
 
 CUresult StreamTable::admitEvent(uint64_t id) {

@@ -128,6 +128,13 @@ class StreamTable {
   CUresult clearAfterTenantWork(gpu::Gpu* g, CUdeviceptr ptr, size_t size);
   // Either at the end of the tenancy, where a failure can only be logged.
   void releaseAtEnd(gpu::Gpu* g, CUdeviceptr ptr, size_t size, bool free);
+  // Synchronizes every stream of this tenant on `g` (its private sync stream too) that has
+  // nothing left to run, so that the driver sees the stream-ordered frees queued on them as
+  // complete (what cuMemPoolTrimTo needs before it gives their memory back). An idle stream's
+  // sync returns at once, and only this tenant's thread queues work on its streams, so none can
+  // become busy in between; busy and capturing streams are left alone (a sync could wait for a
+  // host function or a word that only a later call of this tenant provides).
+  void observeIdleStreams(gpu::Gpu* g);
 
   // --- events --------------------------------------------------------------------------
   CUresult createEvent(uint32_t device, uint64_t id, unsigned flags);

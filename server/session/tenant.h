@@ -156,8 +156,11 @@ class Tenant {
   const TenantCounters& counters() const { return counters_; }
 
   // --- errors of one-way calls ---------------------------------------------------------
-  void deferError(CUresult r) {
-    if (deferred_ == CUDA_SUCCESS) deferred_ = r;
+  // Keeps the first error until the next reply takes it; true when `r` is now that error.
+  bool deferError(CUresult r) {
+    if (deferred_ != CUDA_SUCCESS) return false;
+    deferred_ = r;
+    return true;
   }
   CUresult takeDeferredError() {
     CUresult r = deferred_;

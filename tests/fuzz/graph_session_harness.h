@@ -235,15 +235,20 @@ class Tenant {
       l.setStream(stream);
     });
   }
-  // One-way stream memory operation (schema/stream.capnp StreamMemOps) of one write.
+  // One-way stream memory operation (schema/stream.capnp StreamMemOps): one 32-bit write, or
+  // any one operation.
   void writeValue32(uint64_t stream, uint64_t address, uint32_t value) {
+    memOp(stream, CU_STREAM_MEM_OP_WRITE_VALUE_32, address, value, 0);
+  }
+  void memOp(uint64_t stream, uint32_t operation, uint64_t address, uint64_t value, uint32_t flags) {
     post([&](wire::Call::Builder c) {
       auto m = c.initStreamMemOps();
       m.setStream(stream);
       auto op = m.initOps(1)[0];
-      op.setOperation(CU_STREAM_MEM_OP_WRITE_VALUE_32);
+      op.setOperation(operation);
       op.setAddress(address);
       op.setValue(value);
+      op.setFlags(flags);
     });
   }
   Answer synchronize(uint64_t stream) {

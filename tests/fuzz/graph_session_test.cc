@@ -10,7 +10,8 @@
 //  - graphs built by hand: memset, event, empty and child graph nodes run; edges, clones and
 //    removed nodes round-trip by node id; memory, events and graphs are the tenant's own;
 //  - stream memory operations (cuStreamWriteValue32 ...) run on the tenant's own memory only,
-//    on the same harness.
+//    on the same harness;
+//  - a memory pool's trim gives back what the tenant freed and waited for.
 #include "tests/fuzz/graph_session_harness.h"
 
 #include <cuda.h>
@@ -573,6 +574,56 @@ TEST(StreamMemOpsSession, AWriteToTheTenantsOwnMemoryRuns) {
   EXPECT_EQ(t.read(word), 0x1234u);
 }
 
+// What tests/gpu/stream_memory_ops.cu does: a consumer stream waits on a word (32 and 64 bits,
+// and a batch of both) that a producer stream writes after its kernel. Every operation is
+// enqueued: no deferred error reaches the consumer's sync.
+TEST(StreamMemOpsSession, AConsumerWaitsOnWordsAProducerWrites) {
+  Tenant t(server());
+  uint64_t words = t.prepare();  // 64 bytes: the words at 0 and 8, kernel counters past them
+  t.createStream(kOtherStream, true);
+  t.memOp(kStream, CU_STREAM_MEM_OP_WAIT_VALUE_32, words, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  t.launchAdd(kStream, words + 16);
+  t.launchAdd(kOtherStream, words + 20);
+  t.writeValue32(kOtherStream, words, 1);
+  Answer synced = t.synchronize(kStream);
+  EXPECT_EQ(synced.status, CUDA_SUCCESS);
+  EXPECT_EQ(synced.deferred, CUDA_SUCCESS);
+
+  const uint64_t big = (1ull << 40) + 7;
+  t.memOp(kStream, CU_STREAM_MEM_OP_WAIT_VALUE_64, words + 8, big, CU_STREAM_WAIT_VALUE_EQ);
+  t.launchAdd(kStream, words + 16);
+  t.memOp(kOtherStream, CU_STREAM_MEM_OP_WRITE_VALUE_64, words + 8, big, CU_STREAM_WRITE_VALUE_DEFAULT);
+  synced = t.synchronize(kStream);
+  EXPECT_EQ(synced.status, CUDA_SUCCESS);
+  EXPECT_EQ(synced.deferred, CUDA_SUCCESS);
+
+  auto batch = [&](uint64_t stream, uint32_t op32, uint32_t op64, uint32_t flags32, uint32_t flags64) {
+    t.post([&](wire::Call::Builder c) {
+      auto m = c.initStreamMemOps();
+      m.setStream(stream);
+      auto ops = m.initOps(2);
+      ops[0].setOperation(op32);
+      ops[0].setAddress(words);
+      ops[0].setValue(2);
+      ops[0].setFlags(flags32);
+      ops[1].setOperation(op64);
+      ops[1].setAddress(words + 8);
+      ops[1].setValue(big + 1);
+      ops[1].setFlags(flags64);
+    });
+  };
+  batch(kStream, CU_STREAM_MEM_OP_WAIT_VALUE_32, CU_STREAM_MEM_OP_WAIT_VALUE_64, CU_STREAM_WAIT_VALUE_GEQ,
+        CU_STREAM_WAIT_VALUE_EQ);
+  t.launchAdd(kStream, words + 16);
+  batch(kOtherStream, CU_STREAM_MEM_OP_WRITE_VALUE_32, CU_STREAM_MEM_OP_WRITE_VALUE_64, 0, 0);
+  synced = t.synchronize(kStream);
+  EXPECT_EQ(synced.status, CUDA_SUCCESS);
+  EXPECT_EQ(synced.deferred, CUDA_SUCCESS);
+  EXPECT_EQ(t.synchronize(kOtherStream).deferred, CUDA_SUCCESS);
+  EXPECT_EQ(t.read(words), 2u);
+  EXPECT_EQ(t.read(words + 16), 3u);  // the consumer's three kernels ran
+}
+
 TEST(StreamMemOpsSession, AWriteToAnotherTenantsMemoryIsRefused) {
   Tenant owner(server());
   uint64_t theirs = owner.prepare();
@@ -585,6 +636,56 @@ TEST(StreamMemOpsSession, AWriteToAnotherTenantsMemoryIsRefused) {
   EXPECT_EQ(owner.read(theirs), 0u);                     // never executed
   intruder.writeValue32(kLegacy, theirs + 2, 1);         // misaligned, even if it were the tenant's
   EXPECT_EQ(intruder.synchronize(kLegacy).deferred, CUDA_ERROR_INVALID_VALUE);
+}
+
+// --- the stream-ordered allocator ------------------------------------------------------------------
+
+// The fake driver (FakePool) gives back only frees it has seen complete in a synchronize of the
+// freeing stream, as the H200's does; the tenant's syncs are answered from completion events, so
+// the trim itself has to make the driver see them, without touching a capturing stream.
+TEST(MemPoolSession, TrimGivesBackWhatTheTenantFreedAndWaitedFor) {
+  Tenant t(server());
+  t.prepare();
+  constexpr uint64_t kDefaultPool = 1;  // device 0's
+  constexpr uint64_t kBytes = 1u << 20;
+  auto attribute = [&](uint32_t which) {
+    Answer a = t.call([&](wire::Call::Builder c) {
+      auto g = c.initMemPool().initGetAttribute();
+      g.setPool(kDefaultPool);
+      g.setAttribute(which);
+    });
+    EXPECT_EQ(a.status, CUDA_SUCCESS);
+    return a.value;
+  };
+  Answer allocated = t.call([&](wire::Call::Builder c) {
+    auto a = c.initMemPool().initAllocAsync();
+    a.setPool(kDefaultPool);
+    a.setStream(kStream);
+    a.setSize(kBytes);
+  });
+  ASSERT_EQ(allocated.status, CUDA_SUCCESS);
+  EXPECT_EQ(attribute(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), kBytes);
+  t.post([&](wire::Call::Builder c) {
+    auto f = c.initMemPool().initFreeAsync();
+    f.setPtr(allocated.value);
+    f.setStream(kStream);
+  });
+  Answer synced = t.synchronize(kStream);
+  EXPECT_EQ(synced.status, CUDA_SUCCESS);
+  EXPECT_EQ(synced.deferred, CUDA_SUCCESS);
+  EXPECT_EQ(attribute(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0u);
+  EXPECT_EQ(attribute(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), kBytes);  // kept until trimmed
+
+  t.createStream(kOtherStream, true);
+  ASSERT_EQ(t.beginCapture(kOtherStream).status, CUDA_SUCCESS);
+  Answer trimmed = t.call([&](wire::Call::Builder c) {
+    auto trim = c.initMemPool().initTrimTo();
+    trim.setPool(kDefaultPool);
+    trim.setMinBytesToKeep(0);
+  });
+  EXPECT_EQ(trimmed.status, CUDA_SUCCESS);
+  EXPECT_EQ(attribute(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0u);
+  EXPECT_EQ(t.endCapture(kOtherStream, 300).status, CUDA_SUCCESS);  // the capture was not touched
 }
 
 }  // namespace

@@ -109,6 +109,10 @@ int main() {
   CU_CHECK(cuProfilerStop());
   CU_CHECK(cuModuleUnload(module));
   CU_CHECK(cuCtxDestroy(ctx));
-  expect(cuCtxPushCurrent(ctx) == CUDA_ERROR_INVALID_CONTEXT, "a destroyed context cannot be pushed");
+  // What a destroyed handle does when used again is undefined natively (the driver does not
+  // refuse cuCtxPushCurrent of it), so only what cuCtxDestroy promises is checked: the context,
+  // current on this thread, is popped from the thread's stack.
+  CU_CHECK(cuCtxGetCurrent(&current));
+  expect(current != ctx, "cuCtxDestroy pops the destroyed context");
   return finish("driver_contexts");
 }

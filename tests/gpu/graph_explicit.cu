@@ -151,10 +151,16 @@ static void built_graph(Buffers& b, cudaStream_t s) {
   CHECK(cudaGraphNodeFindInClone(&clonedSet, set, clone));
   CHECK(cudaGraphNodeFindInClone(&clonedCopy, copy, clone));
   expect(clonedKernel != kernel, "the clone's node is its own");
-  EXPECT_ERR(cudaGraphNodeFindInClone(&clonedKernel, kernel, graph), cudaErrorInvalidValue);
+  // The original graph is no clone (cudaGraphNodeFindInClone(pNode, originalNode, clonedGraph)).
+  // A failing call may write its output (natively it leaves it unusable), so it gets its own.
+  cudaGraphNode_t notInAClone = nullptr;
+  EXPECT_ERR(cudaGraphNodeFindInClone(&notInAClone, kernel, graph), cudaErrorInvalidValue);
+  // Every node named must belong to the graph, and the edge must exist.
+  EXPECT_ERR(cudaGraphRemoveDependencies(clone, &set, &clonedKernel, nullptr, 1), cudaErrorInvalidValue);
   CHECK(cudaGraphRemoveDependencies(clone, &clonedSet, &clonedKernel, nullptr, 1));
   CHECK(cudaGraphNodeGetDependencies(clonedKernel, nullptr, nullptr, &count));
   expect(count == 0, "the removed edge is gone");
+  EXPECT_ERR(cudaGraphRemoveDependencies(clone, &clonedSet, &clonedKernel, nullptr, 1), cudaErrorInvalidValue);
   CHECK(cudaGraphDestroyNode(clonedKernel));
   CHECK(cudaGraphAddDependencies(clone, &clonedSet, &clonedCopy, nullptr, 1));
   CHECK(cudaGraphDebugDotPrint(clone, "/tmp/tally_graph_explicit.dot", 0));

@@ -3,6 +3,14 @@
 // (cuStreamWaitValue32/64) that a producer stream writes (cuStreamWriteValue32/64) after its
 // kernel, so the consumer's kernel sees the producer's data; and cuStreamBatchMemOp doing both.
 // The output is the same natively and through tallyd.
+//
+// Every kernel is loaded (by a first launch, then a device sync) before any stream waits: under
+// CUDA's lazy loading (the default) a kernel's first launch loads it, and loading may
+// synchronize the context, which then waits for the consumer parked at its wait, whose word
+// only the producer's later work writes: a deadlock (the programming guide's "Lazy Loading /
+// concurrent execution"; the first version of this test hung natively at the first launch after
+// the first wait). The producer holds its work back 2 ms each time, so the consumer really has to
+// wait, and its kernel would read the previous round's data if the wait did not hold it.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -60,6 +68,32 @@ int main() {
   auto word64 = reinterpret_cast<CUdeviceptr>(&dWords[1]);
   const int blocks = (kN + 255) / 256;
 
+  // Loads every kernel before the first wait (see the top), and leaves data = i, out = 2i. The
+  // device sync also orders the legacy stream's memset of the words (the streams are
+  // non-blocking) before any wait reads them.
+  produce<<<blocks, 256, 0, producer>>>(dData, kN, 0);
+  consume<<<blocks, 256, 0, producer>>>(dData, dOut, kN);
+  delay<<<1, 1, 0, producer>>>();
+  CHECK_LAUNCH();
+  CHECK(cudaDeviceSynchronize());
+
+  // A word of stream-ordered memory (cudaMallocAsync) too, written in stream order. Printed, not
+  // asserted: next to the native run, a run through tallyd (which hands out all device memory
+  // from memory pools) shows whether the driver takes stream memory operations on pooled memory.
+  {
+    unsigned* pooled = nullptr;
+    CHECK(cudaMallocAsync(reinterpret_cast<void**>(&pooled), sizeof(unsigned), producer));
+    CHECK(cudaMemsetAsync(pooled, 0, sizeof(unsigned), producer));
+    CUresult call = writeValue32(producer, reinterpret_cast<CUdeviceptr>(pooled), 7, CU_STREAM_WRITE_VALUE_DEFAULT);
+    cudaError_t synced = cudaStreamSynchronize(producer);
+    unsigned value = 0;
+    CHECK(cudaMemcpy(&value, pooled, sizeof value, cudaMemcpyDeviceToHost));
+    std::printf("cuStreamWriteValue32 to cudaMallocAsync memory: %s, then the sync %s, word %u\n", cu_err_name(call),
+                cudaGetErrorName(synced), value);
+    CHECK(cudaFreeAsync(pooled, producer));
+    CHECK(cudaStreamSynchronize(producer));
+  }
+
   // 32 bits: the consumer waits for the producer's word.
   CU_CHECK(waitValue32(consumer, word32, 1, CU_STREAM_WAIT_VALUE_GEQ));
   consume<<<blocks, 256, 0, consumer>>>(dData, dOut, kN);
@@ -75,7 +109,9 @@ int main() {
   const cuuint64_t big = (1ull << 40) + 7;
   CU_CHECK(waitValue64(consumer, word64, big, CU_STREAM_WAIT_VALUE_EQ));
   consume<<<blocks, 256, 0, consumer>>>(dData, dOut, kN);
+  delay<<<1, 1, 0, producer>>>();
   produce<<<blocks, 256, 0, producer>>>(dData, kN, 200);
+  CHECK_LAUNCH();
   CU_CHECK(writeValue64(producer, word64, big, CU_STREAM_WRITE_VALUE_DEFAULT));
   CHECK(cudaStreamSynchronize(consumer));
   expect(consumerSawProducer(dOut, 200), "cuStreamWaitValue64 waits for cuStreamWriteValue64");
@@ -98,14 +134,18 @@ int main() {
   writes[1].writeValue.value64 = big + 1;
   CU_CHECK(batchMemOp(consumer, 2, waits, 0));
   consume<<<blocks, 256, 0, consumer>>>(dData, dOut, kN);
+  delay<<<1, 1, 0, producer>>>();
   produce<<<blocks, 256, 0, producer>>>(dData, kN, 300);
+  CHECK_LAUNCH();
   CU_CHECK(batchMemOp(producer, 2, writes, 0));
   CHECK(cudaStreamSynchronize(consumer));
   expect(consumerSawProducer(dOut, 300), "cuStreamBatchMemOp waits for its writes");
 
-  // What the driver refuses at the call.
+  // What the driver refuses at the call. The word is 2 now: were the unknown comparison taken
+  // after all, as any of GEQ, EQ, AND or NOR it would pass at once instead of holding the
+  // producer (and the device syncs below) forever.
   expect(writeValue32(producer, word32 + 2, 1, 0) == CUDA_ERROR_INVALID_VALUE, "a misaligned word is refused");
-  expect(waitValue32(producer, word32, 1, 0x7) == CUDA_ERROR_INVALID_VALUE, "an unknown comparison is refused");
+  expect(waitValue32(producer, word32, 2, 0x7) == CUDA_ERROR_INVALID_VALUE, "an unknown comparison is refused");
 
   unsigned long long words[2] = {};
   CHECK(cudaMemcpy(words, dWords, sizeof words, cudaMemcpyDeviceToHost));

@@ -7,6 +7,7 @@
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <cuda.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -102,12 +103,18 @@ FakeTallyd::LinkCreated linkCreated(wire::LinkCreate::Reader create) {
   return out;
 }
 
+// As the driver fills the log buffers: nothing at cuLinkCreate, the error log when an input
+// fails (one named kFakeBrokenInput), both logs at cuLinkComplete.
 void answerLink(wire::Call::Reader call, wire::Reply::Builder reply) {
   auto link = reply.initLink();
-  link.setInfoLog(kFakeInfoLog);
-  link.setErrorLog(kFakeErrorLog);
   link.setWallTimeMs(1.5f);
+  if (call.isLinkAddData() && call.getLinkAddData().getName() == kFakeBrokenInput) {
+    reply.setStatus(CUDA_ERROR_INVALID_PTX);
+    link.setErrorLog(kFakeErrorLog);
+  }
   if (call.isLinkComplete()) {
+    link.setInfoLog(kFakeInfoLog);
+    link.setErrorLog(kFakeErrorLog);
     link.setImage(kj::arrayPtr(reinterpret_cast<const kj::byte*>(kFakeLinkedImage), sizeof kFakeLinkedImage));
   }
 }
@@ -174,6 +181,9 @@ bool FakeTallyd::handleFrame(FrameView& view) {
     reply.setId(call.getId());
     size_t bulk = 0;
     if (call.isMemAlloc()) reply.setValue(nextAddress_.fetch_add(1u << 20));
+    if (call.isGraphAddNode() || call.isGraphAddKernelNode() || call.isGraphAddMemcpyNode()) {
+      reply.setValue(++nextGraphNode_);  // the node's id in its graph (never reused here)
+    }
     if (call.isLinkCreate() || call.isLinkAddData() || call.isLinkComplete()) answerLink(call, reply);
     if (call.isLibrary()) {  // every answer differs: 8 bytes counting the library round trips
       uint64_t n = ++libraryRoundTrips_;

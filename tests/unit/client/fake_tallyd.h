@@ -1,9 +1,12 @@
 // A tallyd stand-in for client tests without a GPU: one client on a Unix socket, a Welcome for
 // one fake device, a Reply (status 0) to every call that wants one; device-to-host copies get
 // their bytes (all 0xAB) as Reply bulk, library calls 8 output bytes counting the library
-// round trips so far (1, 2, ...: no two answers alike); JIT link calls the logs kFakeInfoLog and
-// kFakeErrorLog, wall time 1.5 ms and, at LinkComplete, the image kFakeLinkedImage. It counts the calls it receives, so a test can assert
-// that a refused call sent nothing (in all, or of one kind), and can send HostFuncReady notices of its own choosing.
+// round trips so far (1, 2, ...: no two answers alike); graph nodes added get fresh ids; JIT link
+// calls wall time 1.5 ms and the logs as the driver writes them: none at LinkCreate, kFakeErrorLog
+// (and CUDA_ERROR_INVALID_PTX) for an input named kFakeBrokenInput, kFakeInfoLog and
+// kFakeErrorLog with the image kFakeLinkedImage at LinkComplete. It counts the calls it receives,
+// so a test can assert that a refused call sent nothing (in all, or of one kind), and can send
+// HostFuncReady notices of its own choosing.
 #pragma once
 
 #include "schema/envelope.capnp.h"
@@ -21,6 +24,7 @@ namespace tally::testing {
 inline constexpr char kFakeInfoLog[] = "fake info log";
 inline constexpr char kFakeErrorLog[] = "fake error log";
 inline constexpr char kFakeLinkedImage[] = "fake linked cubin";
+inline constexpr char kFakeBrokenInput[] = "broken.ptx";
 
 class FakeTallyd {
  public:
@@ -72,6 +76,7 @@ class FakeTallyd {
   std::atomic<uint64_t> zeroBulkFrames_{0};
   std::atomic<uint64_t> libraryRoundTrips_{0};
   std::atomic<uint64_t> nextAddress_{0x7f0000100000};
+  std::atomic<uint32_t> nextGraphNode_{0};
   std::thread thread_;
 };
 

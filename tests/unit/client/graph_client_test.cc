@@ -296,6 +296,45 @@ TEST_F(StreamCapture, HandBuiltNodesAndStructureQueriesAreCheckedBeforeAnythingI
   EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
 }
 
+// cudaGraphNodeFindInClone(pNode, originalNode, clonedGraph) answers for the clone only, and
+// cudaGraphRemoveDependencies takes only nodes of the graph it is given (and live ones).
+TEST_F(StreamCapture, CloneLookupsAndEdgeRemovalTakeOnlyTheRightGraphsNodes) {
+  cudaGraph_t graph = nullptr, clone = nullptr;
+  ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+  cudaGraphNode_t first = nullptr, second = nullptr;
+  ASSERT_EQ(cudaGraphAddEmptyNode(&first, graph, nullptr, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphAddEmptyNode(&second, graph, &first, 1), cudaSuccess);
+  ASSERT_EQ(cudaGraphClone(&clone, graph), cudaSuccess);
+  cudaGraphNode_t clonedFirst = nullptr, clonedSecond = nullptr;
+  ASSERT_EQ(cudaGraphNodeFindInClone(&clonedFirst, first, clone), cudaSuccess);
+  ASSERT_EQ(cudaGraphNodeFindInClone(&clonedSecond, second, clone), cudaSuccess);
+  EXPECT_NE(clonedFirst, first);
+  EXPECT_NE(clonedSecond, second);
+  cudaGraphNode_t again = nullptr;
+  EXPECT_EQ(cudaGraphNodeFindInClone(&again, first, clone), cudaSuccess);
+  EXPECT_EQ(again, clonedFirst);  // one handle per node
+
+  uint64_t calls = server->calls();
+  cudaGraphNode_t found = clonedFirst;
+  EXPECT_EQ(cudaGraphNodeFindInClone(&found, first, graph), cudaErrorInvalidValue);  // the original is no clone
+  EXPECT_EQ(found, nullptr);
+  EXPECT_EQ(cudaGraphNodeFindInClone(&found, clonedFirst, clone), cudaErrorInvalidValue);  // a node of the clone itself
+  EXPECT_EQ(cudaGraphRemoveDependencies(clone, &first, &clonedSecond, nullptr, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphRemoveDependencies(clone, &clonedFirst, &second, nullptr, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphRemoveDependencies(graph, &clonedFirst, &clonedSecond, nullptr, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(server->calls(), calls);  // all refused here
+  EXPECT_EQ(cudaGraphRemoveDependencies(clone, &clonedFirst, &clonedSecond, nullptr, 1), cudaSuccess);
+
+  ASSERT_EQ(cudaGraphDestroyNode(clonedSecond), cudaSuccess);
+  calls = server->calls();
+  EXPECT_EQ(cudaGraphRemoveDependencies(clone, &clonedFirst, &clonedSecond, nullptr, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphNodeFindInClone(&found, second, clone), cudaErrorInvalidValue);  // removed from the clone
+  EXPECT_EQ(server->calls(), calls);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaGraphDestroy(clone), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
 TEST_F(StreamCapture, AnExecutableGraphKeepsItsInstantiateFlags) {
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);

@@ -1,6 +1,7 @@
 // Driver JIT linking in the client (client/api/jit_link.cc), against the fake tallyd: value
-// options travel, log buffers and output slots are filled from the reply, the linked image
-// stays valid until cuLinkDestroy, and bad arguments are refused without a message.
+// options travel, log buffers and output slots are filled from the replies (also logs written
+// after cuLinkCreate, and the error log of a failing input), the linked image stays valid until
+// cuLinkDestroy, and bad arguments are refused without a message.
 #include "fake_tallyd.h"
 
 #include <cuda.h>
@@ -57,6 +58,36 @@ TEST_F(JitLink, OptionsTravelAndOutputsAreFilled) {
   EXPECT_EQ(wall, 1.5f);
   ASSERT_EQ(cuLinkDestroy(link), CUDA_SUCCESS);
   EXPECT_EQ(cuLinkDestroy(link), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// The driver writes its logs when it links, not when the link is created: the first reply
+// carries no text, and what later replies carry must still reach the application's buffers at
+// the sizes cuLinkCreate was given (as ptxjit and tests/gpu/jit_link.cu read them).
+TEST_F(JitLink, LogsWrittenAfterCreateReachTheApplicationsBuffers) {
+  char info[64] = "untouched", error[64] = "untouched";
+  CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE};
+  void* values[] = {info, asValue(sizeof info), error, asValue(sizeof error), asValue(1)};
+  CUlinkState link = nullptr;
+  ASSERT_EQ(cuLinkCreate(5, options, values, &link), CUDA_SUCCESS);
+  EXPECT_STREQ(info, "");  // the driver's (tallyd's) buffer, empty so far
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(values[1]), sizeof info);  // nothing filled: the size stays
+
+  char broken[] = "not ptx";
+  EXPECT_EQ(cuLinkAddData(link, CU_JIT_INPUT_PTX, broken, sizeof broken, tally::testing::kFakeBrokenInput, 0, nullptr,
+                          nullptr),
+            CUDA_ERROR_INVALID_PTX);
+  EXPECT_STREQ(error, tally::testing::kFakeErrorLog);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(values[3]), std::strlen(tally::testing::kFakeErrorLog) + 1);
+
+  char ptx[] = ".version 8.0\n";
+  ASSERT_EQ(cuLinkAddData(link, CU_JIT_INPUT_PTX, ptx, sizeof ptx, "in.ptx", 0, nullptr, nullptr), CUDA_SUCCESS);
+  void* cubin = nullptr;
+  size_t size = 0;
+  ASSERT_EQ(cuLinkComplete(link, &cubin, &size), CUDA_SUCCESS);
+  EXPECT_STREQ(info, tally::testing::kFakeInfoLog);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(values[1]), std::strlen(tally::testing::kFakeInfoLog) + 1);
+  ASSERT_EQ(cuLinkDestroy(link), CUDA_SUCCESS);
 }
 
 TEST_F(JitLink, AFileIsReadByTheClientAndSentAsData) {
