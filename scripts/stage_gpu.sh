@@ -12,12 +12,15 @@ cp "$BUILD/server/tallyd" "$OUTDIR/build/server/"
 cp "$BUILD/client/libtally_client.so" "$OUTDIR/build/client/"
 ln -sf libtally_client.so "$OUTDIR/build/client/libcuda.so.1"
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {} "$OUTDIR/build/tests/gpu/" \;
-for tool in tally_microbench implicit_sync_probe fault_probe; do
+for tool in tally_microbench implicit_sync_probe fault_probe coredump_probe; do
   [[ -x $BUILD/bench/$tool ]] && cp "$BUILD/bench/$tool" "$OUTDIR/build/bench/"
 done
 if [[ -d $BUILD/bench/isolation ]]; then
   mkdir -p "$OUTDIR/build/bench/isolation"
   cp "$BUILD"/bench/isolation/{hp_infer,be_train_ptx,be_train_sass} "$OUTDIR/build/bench/isolation/"
+fi
+if [[ -x $BUILD/bench/hp_request/hp_request ]]; then
+  mkdir -p "$OUTDIR/build/bench/hp_request" && cp "$BUILD/bench/hp_request/hp_request" "$OUTDIR/build/bench/hp_request/"
 fi
 cp "$BUILD/server/tallyctl" "$OUTDIR/build/server/"
 # The transform's GPU equivalence test and benchmark, with the corpus PTX it reads.

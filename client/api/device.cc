@@ -96,10 +96,30 @@ TALLY_API cudaError_t cudaSetDevice(int device) {
 }
 
 TALLY_API cudaError_t cudaInitDevice(int device, unsigned int, unsigned int) { return cudaSetDevice(device); }
-TALLY_API cudaError_t cudaSetDeviceFlags(unsigned int) { return finish(ClientRuntime::get().ready()); }
+namespace {
+// The scheduling flags the application chose (cudaSetDeviceFlags); they decide how a thread
+// waiting for tallyd's reply waits, as they decide how the driver waits for the GPU natively.
+std::atomic<unsigned> deviceFlags{cudaDeviceScheduleAuto | cudaDeviceMapHost};
+constexpr unsigned kKnownDeviceFlags = cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax;
+}  // namespace
+
+TALLY_API cudaError_t cudaSetDeviceFlags(unsigned int flags) {
+  if ((flags & ~kKnownDeviceFlags) != 0) return finishRuntime(cudaErrorInvalidValue);
+  unsigned schedule = flags & cudaDeviceScheduleMask;
+  if (schedule != cudaDeviceScheduleAuto && schedule != cudaDeviceScheduleSpin && schedule != cudaDeviceScheduleYield &&
+      schedule != cudaDeviceScheduleBlockingSync) {
+    return finishRuntime(cudaErrorInvalidValue);
+  }
+  ClientRuntime& rt = ClientRuntime::get();
+  if (CUresult r = rt.ready(); r != CUDA_SUCCESS) return finish(r);
+  deviceFlags.store(flags | cudaDeviceMapHost);
+  rt.connection().setBlockingWaits(schedule == cudaDeviceScheduleBlockingSync);
+  return cudaSuccess;
+}
+
 TALLY_API cudaError_t cudaGetDeviceFlags(unsigned int* flags) {
   if (flags == nullptr) return finishRuntime(cudaErrorInvalidValue);
-  *flags = cudaDeviceScheduleAuto | cudaDeviceMapHost;
+  *flags = deviceFlags.load();
   return cudaSuccess;
 }
 

@@ -7,6 +7,7 @@
 
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,7 +22,6 @@
 namespace tally::client {
 
 namespace {
-constexpr int kSpinIterations = 4000;  // ~20 µs: a fast reply costs no futex wake-up
 frame::FrameLimits clientLimits() {
   frame::FrameLimits limits;
   limits.maxMessageBytes = 64u << 20;  // the Welcome carries every device's properties
@@ -101,9 +101,10 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
   }
   std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString()));
   if (!c->handshake(tenantName, priority, error)) return nullptr;
-  // Poll briefly before sleeping: replies to syncs then arrive without a wake-up.
-  const char* spin = std::getenv("TALLY_SPIN_US");
-  c->reader_.setSpinMicros(spin != nullptr ? static_cast<unsigned>(std::atoi(spin)) : 50);
+  if (const char* spin = std::getenv("TALLY_SPIN_US"); spin != nullptr && *spin != '\0') {
+    c->configuredWaitSpin_ = static_cast<int64_t>(std::strtoul(spin, nullptr, 10));
+    c->setBlockingWaits(false);
+  }
   if (const char* path = std::getenv("TALLY_TRACE"); path != nullptr && *path != '\0') {
     if (!trace::enableCallTrace(path, "client")) spdlog::warn("tally: TALLY_TRACE: cannot open {}", path);
   }
@@ -174,6 +175,10 @@ const wire::Welcome::Reader Connection::welcome() { return welcome_->getRoot<wir
 namespace {
 constexpr auto kBatchWindow = std::chrono::microseconds(20);
 constexpr size_t kBatchBytes = 64 << 10;
+// One-way messages written at once after each round trip (or pause) before batching starts:
+// the GPU is idle at the start of an inference request, and a launch held back for the batch
+// window is GPU time lost; a training loop's thousands of launches are still batched.
+constexpr unsigned kEagerPosts = 32;
 }  // namespace
 
 CUresult Connection::writeLocked(std::span<const iovec> parts) {
@@ -209,6 +214,7 @@ CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec>
   std::lock_guard lock(sendMutex_);
   noteMessage();
   if (CUresult r = flushLocked(); r != CUDA_SUCCESS) return r;  // keep call order
+  eagerPosts_ = kEagerPosts;
   if (fd < 0) return writeFrameLocked(words, bulk);
   // A descriptor rides only with our own messages (no application bytes that could fault).
   frame::IoStatus status = frame::writeFrame(fd_, words, bulk, fd);
@@ -270,8 +276,11 @@ CUresult Connection::post(capnp::MessageBuilder& message) {
   std::unique_lock lock(sendMutex_);
   noteMessage();
   bool idle = batch_.empty() && std::chrono::steady_clock::now() - lastWrite_ > kBatchWindow;
+  if (idle) eagerPosts_ = kEagerPosts;
+  bool eager = eagerPosts_ > 0;
+  if (eager) --eagerPosts_;
   frame::appendFrame(batch_, words, 0);
-  if (idle || batch_.size() >= kBatchBytes) return flushLocked();  // a lone call goes out at once
+  if (eager || batch_.size() >= kBatchBytes) return flushLocked();  // the start of a burst goes out at once
   lock.unlock();
   batchPending_.notify_one();
   return CUDA_SUCCESS;
@@ -312,10 +321,24 @@ CUresult Connection::startCall(PendingCall& pending, capnp::MessageBuilder& mess
   return sent;
 }
 
-CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
-  for (int i = 0; i < kSpinIterations && pending.state.load(std::memory_order_acquire) == 0; ++i) {
+void Connection::pollForReply(PendingCall& pending) {
+  auto spin = std::chrono::microseconds(waitSpin_.load(std::memory_order_relaxed));
+  auto deadline = std::chrono::steady_clock::now() + spin;
+  frame::IncomingFrame frame;
+  for (unsigned round = 0; pending.state.load(std::memory_order_acquire) == 0; ++round) {
+    if (readerMutex_.try_lock()) {
+      bool alive = !broken_.load() && routeWhatArrived(frame);
+      readerMutex_.unlock();
+      if (!alive) return;
+    }
+    if (pending.state.load(std::memory_order_acquire) != 0) return;
+    if (round % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return;
     __builtin_ia32_pause();
   }
+}
+
+CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
+  pollForReply(pending);
   pending.state.wait(0, std::memory_order_acquire);
   trace::recordCall(tenantId_, pending.id, pending.kind, trace::Stage::kWoken);
   {
@@ -402,49 +425,85 @@ bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) 
   return true;
 }
 
+namespace {
+bool readableNow(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+}  // namespace
+
 void Connection::receive() {
   frame::IncomingFrame frame;
-  frame::FrameLimits limits = clientLimits();
   for (;;) {
-    frame::IoStatus status = frame.readMessage(reader_, limits);
-    if (!status.ok) return fail(status.closed ? "tallyd closed the connection" : status.error);
-    auto root = frame.message().getRoot<wire::ServerMessage>();
-    switch (root.which()) {
-      case wire::ServerMessage::REPLY: {
-        uint64_t id = root.getReply().getId();
-        if (uint64_t token = root.getReply().getDataToken(); token != 0 && frame.bulkBytes() != 0) {
-          capnp::MallocMessageBuilder notice(16);
-          auto data = notice.initRoot<wire::HostData>();
-          data.setToken(token);
-          if (!routeHostData(data.asReader(), frame.bulkBytes())) return fail("connection lost during a copy");
-        }
-        trace::recordCall(tenantId_, id, -1, trace::Stage::kReplied);
-        std::lock_guard lock(pendingMutex_);
-        auto it = pending_.find(id);
-        if (it != pending_.end()) {
-          it->second->words = kj::heapArray<capnp::word>(frame.words());
-          it->second->state.store(1, std::memory_order_release);
-          it->second->state.notify_one();
-        }
-        break;
-      }
-      case wire::ServerMessage::HOST_DATA:
-        if (!routeHostData(root.getHostData(), frame.bulkBytes())) return fail("connection lost during a copy");
-        continue;
-      case wire::ServerMessage::CONTEXT_LOST:
-        contextLost(root.getContextLost());
-        break;
-      case wire::ServerMessage::HOST_FUNC_READY: {
-        auto ready = root.getHostFuncReady();
-        if (hostFuncHandler_) hostFuncHandler_({ready.getStream(), ready.getSequence(), ready.getCallback()});
-        break;
-      }
-      default:
-        break;
-    }
-    bool bulkConsumed = root.isReply() && root.getReply().getDataToken() != 0;
-    if (!bulkConsumed && frame.bulkBytes() != 0 && !reader_.skip(frame.bulkBytes()).ok) return fail("connection lost");
+    // Wait without the reader lock: a thread waiting for its reply may read meanwhile.
+    pollfd p{fd_, POLLIN, -1};
+    if (::poll(&p, 1, -1) < 0 && errno != EINTR) return fail(fmt::format("poll failed: {}", std::strerror(errno)));
+    std::lock_guard lock(readerMutex_);
+    if (broken_.load()) return;
+    if (!routeWhatArrived(frame)) return;
   }
+}
+
+bool Connection::routeWhatArrived(frame::IncomingFrame& frame) {
+  while (reader_.hasBuffered() || readableNow(fd_)) {
+    if (!readAndRoute(frame)) return false;
+  }
+  return true;
+}
+
+bool Connection::readAndRoute(frame::IncomingFrame& frame) {
+  static const frame::FrameLimits limits = clientLimits();
+  frame::IoStatus status = frame.readMessage(reader_, limits);
+  if (!status.ok) {
+    fail(status.closed ? "tallyd closed the connection" : status.error);
+    return false;
+  }
+  auto root = frame.message().getRoot<wire::ServerMessage>();
+  switch (root.which()) {
+    case wire::ServerMessage::REPLY: {
+      uint64_t id = root.getReply().getId();
+      if (uint64_t token = root.getReply().getDataToken(); token != 0 && frame.bulkBytes() != 0) {
+        capnp::MallocMessageBuilder notice(16);
+        auto data = notice.initRoot<wire::HostData>();
+        data.setToken(token);
+        if (!routeHostData(data.asReader(), frame.bulkBytes())) {
+          fail("connection lost during a copy");
+          return false;
+        }
+      }
+      trace::recordCall(tenantId_, id, -1, trace::Stage::kReplied);
+      std::lock_guard lock(pendingMutex_);
+      auto it = pending_.find(id);
+      if (it != pending_.end()) {
+        it->second->words = kj::heapArray<capnp::word>(frame.words());
+        it->second->state.store(1, std::memory_order_release);
+        it->second->state.notify_one();
+      }
+      break;
+    }
+    case wire::ServerMessage::HOST_DATA:
+      if (!routeHostData(root.getHostData(), frame.bulkBytes())) {
+        fail("connection lost during a copy");
+        return false;
+      }
+      return true;
+    case wire::ServerMessage::CONTEXT_LOST:
+      contextLost(root.getContextLost());
+      break;
+    case wire::ServerMessage::HOST_FUNC_READY: {
+      auto ready = root.getHostFuncReady();
+      if (hostFuncHandler_) hostFuncHandler_({ready.getStream(), ready.getSequence(), ready.getCallback()});
+      break;
+    }
+    default:
+      break;
+  }
+  bool bulkConsumed = root.isReply() && root.getReply().getDataToken() != 0;
+  if (!bulkConsumed && frame.bulkBytes() != 0 && !reader_.skip(frame.bulkBytes()).ok) {
+    fail("connection lost");
+    return false;
+  }
+  return true;
 }
 
 void Connection::contextLost(wire::ContextLost::Reader lost) {

@@ -1,6 +1,9 @@
 // The client's one connection to tallyd: blocking sends from any application thread, and a
 // receiver thread that routes replies to the threads waiting for them, writes device-to-host
 // bytes into their destination buffers and hands host callbacks to the callback thread.
+// A thread waiting for a reply reads the socket itself while it may spin (no hand-off from the
+// receiver thread, no futex wake-up: a sync costs what the socket costs); whoever holds the
+// reader lock reads and routes every frame, so replies of other threads are routed too.
 #pragma once
 
 #include "common/address/address.h"
@@ -60,9 +63,10 @@ class Connection {
   uint64_t nextCallId() { return nextCallId_.fetch_add(1); }
   // Sends a message; `bulk` follows it; `fd` rides along as SCM_RIGHTS.
   CUresult send(capnp::MessageBuilder& message, std::span<const iovec> bulk = {}, int fd = -1);
-  // Sends a one-way message without bulk. Right after another write it is batched with the
-  // messages that follow (launch bursts cost one write per batch, not per launch); a batch is
-  // written within kBatchWindow, or sooner by the next send or round trip.
+  // Sends a one-way message without bulk. The first kEagerPosts after a round trip or a pause
+  // are written at once (the GPU waits for them); later ones are batched with the messages that
+  // follow (launch bursts cost one write per batch, not per launch); a batch is written within
+  // kBatchWindow, or sooner by the next send or round trip.
   CUresult post(capnp::MessageBuilder& message);
   // A call in flight: lets a caller keep several calls outstanding (pipelined copies).
   struct PendingCall {
@@ -97,6 +101,16 @@ class Connection {
 
   void setHostFuncHandler(std::function<void(const HostFuncNotice&)> handler);
 
+  // How long a thread waiting for a reply polls for it itself before it sleeps: the default
+  // (TALLY_SPIN_US, else kDefaultWaitSpin) matches the driver's default of spinning while a
+  // sync waits; an application that asks for blocking syncs (cudaDeviceScheduleBlockingSync)
+  // gets a short poll only.
+  static constexpr std::chrono::microseconds kDefaultWaitSpin{20'000};
+  static constexpr std::chrono::microseconds kBlockingWaitSpin{20};
+  void setBlockingWaits(bool blocking) {
+    waitSpin_.store(blocking ? kBlockingWaitSpin.count() : configuredWaitSpin_, std::memory_order_relaxed);
+  }
+
  private:
   struct HostDestination {
     char* dst;
@@ -114,6 +128,13 @@ class Connection {
   static int startTls(const address::Endpoint& endpoint, int fd, std::string& error);
   bool handshake(const std::string& tenantName, wire::PriorityClass priority, std::string& error);
   void receive();
+  // Reads and routes one frame (reader lock held); false once the connection failed.
+  bool readAndRoute(frame::IncomingFrame& frame);
+  // Routes frames already received or waiting in the socket, without blocking for new ones
+  // (reader lock held). False once the connection failed.
+  bool routeWhatArrived(frame::IncomingFrame& frame);
+  // Polls for the reply of `pending` on the calling thread for at most the wait spin.
+  void pollForReply(PendingCall& pending);
   bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);
   void fail(const std::string& why);
   void noteMessage();  // sendMutex_ held
@@ -127,6 +148,7 @@ class Connection {
   std::mutex sendMutex_;
   std::vector<char> batch_;                        // framed one-way messages not yet written
   std::chrono::steady_clock::time_point lastWrite_;
+  unsigned eagerPosts_ = 0;                        // one-way messages still written at once (post)
   std::condition_variable batchPending_;
   bool closing_ = false;
   std::thread flusher_;
@@ -142,7 +164,10 @@ class Connection {
   std::mutex hostDataMutex_;
   std::unordered_map<uint64_t, HostDestination> hostData_;
   std::atomic<uint64_t> nextToken_{1};
-  std::vector<char> bounce_;  // receiver thread only: device-to-host bytes on their way
+  std::mutex readerMutex_;  // held by whichever thread reads frames (reader_, bounce_, routing)
+  int64_t configuredWaitSpin_ = kDefaultWaitSpin.count();    // µs: TALLY_SPIN_US or the default
+  std::atomic<int64_t> waitSpin_{kDefaultWaitSpin.count()};  // µs: what waits use now
+  std::vector<char> bounce_;  // reader lock: device-to-host bytes on their way
   std::function<void(const HostFuncNotice&)> hostFuncHandler_;
   std::thread receiver_;
 };

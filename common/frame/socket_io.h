@@ -51,6 +51,8 @@ class StreamReader {
   // The oldest received descriptor, or -1. The caller owns it.
   int takeFd();
   int fd() const { return fd_; }
+  // Bytes received but not yet read: a frame may be waiting that no poll of the socket shows.
+  bool hasBuffered() const { return end_ > begin_; }
 
  private:
   IoStatus refill();

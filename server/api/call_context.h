@@ -30,6 +30,8 @@ struct ApiServices {
   std::vector<gpu::Gpu*> gpus;
   gpu::ModuleStore* modules = nullptr;
   unsigned inlineWaitMicros = 50;  // how long a tenant thread may wait for a short sync itself
+  // ... and a high-priority tenant's thread, which stops waiting as soon as the tenant sends more.
+  unsigned highPriorityInlineWaitMicros = 2000;
   // Kernel variants for best-effort tenants' modules; null when transforms are off.
   transform::VariantStore* variants = nullptr;
   // Test aid (transform = "stress"): best-effort launches run as random variants, PTB ones
@@ -80,6 +82,9 @@ class CallContext {
   ApiServices& services() { return services_; }
   const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
   bool oneWay() const { return callId_ == 0; }
+  // This one-way call failed, and its error is the one the tenant's next reply will carry.
+  bool deferredError() const { return deferred_ != CUDA_SUCCESS; }
+  CUresult deferredStatus() const { return deferred_; }
 
   // Answers now (a call with an id), or records `status` as the tenant's deferred error.
   void finish(CUresult status, const ReplyFiller& fill = {});
@@ -95,6 +100,8 @@ class CallContext {
   bool skipBulk(size_t size);
   uint32_t bulkLeft() const { return bulkLeft_; }
   int takeFd() { return reader_.takeFd(); }
+  // The tenant has sent more than this call (bytes buffered or waiting in its socket).
+  bool moreCallsWaiting() const;
   // Set when the call proved the peer broken or hostile; the session then drops it.
   void protocolError(std::string why) { protocolError_ = std::move(why); }
   const std::string& protocolErrorText() const { return protocolError_; }
@@ -109,6 +116,7 @@ class CallContext {
   std::string protocolError_;
   session::StreamState* workStream_ = nullptr;
   CUresult override_ = CUDA_SUCCESS;
+  CUresult deferred_ = CUDA_SUCCESS;
   std::shared_ptr<gpu::FaultEvidence> evidence_;
 };
 

@@ -1,7 +1,10 @@
 #include "server/api/call_context.h"
 
 #include "common/trace/call_trace.h"
+#include "server/gpu/cuda_check.h"
 
+#include <capnp/schema.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -39,11 +42,17 @@ struct StatusView {
 
 CUresult CallContext::reported(CUresult status) { return StatusView{services_.faults, tenant_.id()}(status); }
 
+bool CallContext::moreCallsWaiting() const {
+  if (reader_.hasBuffered()) return true;
+  pollfd p{reader_.fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
 void CallContext::finish(CUresult status, const ReplyFiller& fill) {
   if (override_ != CUDA_SUCCESS) status = override_;
   status = reported(status);
   if (oneWay()) {
-    if (status != CUDA_SUCCESS) tenant_.deferError(status);
+    if (status != CUDA_SUCCESS && tenant_.deferError(status)) deferred_ = status;
     return;
   }
   sendReply(*outbox_, callId_, status, reported(tenant_.takeDeferredError()), fill);
@@ -98,7 +107,13 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
   // A captured stream never gets there: its work is a graph's (graph_api.cc).
   if (CUresult r = captureConflict(ctx, stream); r != CUDA_SUCCESS) return r;
   const auto& queued = ctx.tenant().queuedNotices();
-  unsigned spin = queued->load() == 0 ? ctx.services().inlineWaitMicros : 0;
+  bool high = ctx.tenant().priority() == session::PriorityClass::kHigh;
+  unsigned spin = queued->load() != 0 ? 0
+                  : high             ? ctx.services().highPriorityInlineWaitMicros
+                                     : ctx.services().inlineWaitMicros;
+  // The tenant's thread waits for its own sync while the tenant sends nothing else: the reply
+  // then leaves from this thread, with no hand-off to the completion thread.
+  auto moreCalls = [&ctx] { return ctx.moreCallsWaiting(); };
   queued->fetch_add(1);
   // A completed sync settles the launches queued before it (the fault monitor's evidence).
   const auto& evidence = ctx.faultEvidence();
@@ -107,7 +122,7 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
     if (evidence && status == CUDA_SUCCESS) evidence->noteSettled(covered);
     done(status);
     queued->fetch_sub(1);
-  }, spin);
+  }, spin, high, moreCalls);
   if (r != CUDA_SUCCESS) queued->fetch_sub(1);
   return r;
 }
@@ -216,11 +231,30 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
   return ctx.protocolErrorText().empty();
 }
 
+namespace {
+
+// The name of a call's kind ("launchKernel", "streamMemOps"), from the schema.
+std::string callName(wire::Call::Reader call) {
+  KJ_IF_MAYBE(field, capnp::Schema::from<wire::Call>().getFieldByDiscriminant(static_cast<uint16_t>(call.which()))) {
+    return field->getProto().getName();
+  }
+  return "call " + std::to_string(static_cast<int>(call.which()));
+}
+
+}  // namespace
+
 std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
   ctx.setFaultEvidence(in.evidence);
   if (in.evidence && (in.call.isLaunchKernel() || in.call.isGraphLaunch())) in.evidence->noteLaunch();
-  if (dispatch(ctx, in.call)) return {};
+  bool ok = dispatch(ctx, in.call);
+  // A one-way call's error reaches the tenant only as the deferred status of a later reply,
+  // which no longer says what failed: the log does (once per reply, as only the first is kept).
+  if (ctx.deferredError()) {
+    spdlog::info("tenant {} ({}): one-way {} failed: {}; reported at the tenant's next sync", in.tenant.id(),
+                 in.tenant.name(), callName(in.call), gpu::describe(ctx.deferredStatus()));
+  }
+  if (ok) return {};
   return ctx.protocolErrorText();
 }
 

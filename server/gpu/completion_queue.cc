@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace tally::server::gpu {
@@ -48,31 +49,34 @@ void CompletionQueue::recycle(CUevent event) {
   spareEvents_.push_back(event);
 }
 
-bool CompletionQueue::completesWithin(CUevent event, unsigned micros, CUresult& result) {
+bool CompletionQueue::completesWithin(CUevent event, unsigned micros, CUresult& result,
+                                      const std::function<bool()>& interrupted) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
-  do {
+  for (unsigned round = 0;; ++round) {
     result = cuEventQuery(event);
     if (result != CUDA_ERROR_NOT_READY) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (interrupted && round % 16 == 15 && interrupted()) return false;
     __builtin_ia32_pause();
-  } while (std::chrono::steady_clock::now() < deadline);
-  return false;
+  }
 }
 
-CUresult CompletionQueue::watchStream(CUstream stream, Callback done, unsigned inlineSpinMicros) {
+CUresult CompletionQueue::watchStream(CUstream stream, Callback done, unsigned inlineSpinMicros, bool urgent,
+                                      const std::function<bool()>& interrupted) {
   CUevent event = takeEvent();
   if (event == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   if (CUresult r = cuEventRecord(event, stream); r != CUDA_SUCCESS) {
     recycle(event);
     return r;
   }
-  if (CUresult result; inlineSpinMicros > 0 && completesWithin(event, inlineSpinMicros, result)) {
+  if (CUresult result; inlineSpinMicros > 0 && completesWithin(event, inlineSpinMicros, result, interrupted)) {
     recycle(event);
     done(result);
     return CUDA_SUCCESS;
   }
   {
     std::lock_guard lock(mutex_);
-    incoming_.push_back(Watch{event, std::move(done)});
+    incoming_.push_back(Watch{event, std::move(done), urgent});
   }
   wake_.notify_one();
   return CUDA_SUCCESS;
@@ -122,7 +126,8 @@ void CompletionQueue::run() {
     pollOnce(pending);
     auto now = std::chrono::steady_clock::now();
     if (pending.size() != before) lastProgress = now;
-    if (!pending.empty() && now - lastProgress > kSpinWindow) {
+    bool urgent = std::any_of(pending.begin(), pending.end(), [](const Watch& w) { return w.urgent; });
+    if (!pending.empty() && !urgent && now - lastProgress > kSpinWindow) {
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, kIdlePoll, [&] { return stopping_ || !incoming_.empty(); });
     }

@@ -29,19 +29,24 @@ class CompletionQueue {
   // Records an event on `stream` (the caller's context must be current) and runs `done` once
   // the stream reaches it: on the calling thread if that happens within `inlineSpinMicros`
   // (a short sync then costs no thread hand-off), else on the completion thread. Returns the
-  // record error, if any, in which case `done` is not called.
-  CUresult watchStream(CUstream stream, Callback done, unsigned inlineSpinMicros = 0);
+  // record error, if any, in which case `done` is not called. While an `urgent` watch (a
+  // high-priority tenant's) is pending the completion thread never sleeps between polls. The
+  // inline wait ends early once `interrupted` says so (the tenant sent more calls).
+  CUresult watchStream(CUstream stream, Callback done, unsigned inlineSpinMicros = 0, bool urgent = false,
+                       const std::function<bool()>& interrupted = {});
 
  private:
   struct Watch {
     CUevent event;
     Callback done;
+    bool urgent = false;
   };
 
   void run();
   CUevent takeEvent();
   void recycle(CUevent event);
-  static bool completesWithin(CUevent event, unsigned micros, CUresult& result);
+  static bool completesWithin(CUevent event, unsigned micros, CUresult& result,
+                              const std::function<bool()>& interrupted);
   void pollOnce(std::vector<Watch>& pending);
 
   CUcontext context_;

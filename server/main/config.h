@@ -24,7 +24,9 @@ struct Config {
   uint32_t maxMessageBytes = 1u << 20;
   uint32_t maxBulkBytes = 64u << 20;
   unsigned inlineWaitMicros = 50;
+  unsigned highPriorityInlineWaitMicros = 2000;
   unsigned pollMicros = 50;
+  unsigned highPriorityPollMicros = 1000;
   // A peer that has not completed its Hello this long after connecting (TLS handshake
   // included) is dropped: an unauthenticated peer must not hold a thread for good.
   unsigned handshakeTimeoutMs = 5000;

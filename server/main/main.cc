@@ -215,11 +215,13 @@ int run(int argc, char** argv) {
   apiServices.gpus = services.gpus;
   apiServices.modules = &modules;
   apiServices.inlineWaitMicros = config.inlineWaitMicros;
+  apiServices.highPriorityInlineWaitMicros = config.highPriorityInlineWaitMicros;
   api::Dispatcher dispatcher(apiServices);
   services.calls = &dispatcher;
   services.limits.maxMessageBytes = config.maxMessageBytes;
   services.limits.maxBulkBytes = config.maxBulkBytes;
   services.pollMicros = config.pollMicros;
+  services.highPriorityPollMicros = config.highPriorityPollMicros;
   services.handshakeTimeoutMs = config.handshakeTimeoutMs;
   services.auth = config.auth;
   std::unique_ptr<scheduler::Policy> policyImpl = scheduler::makePolicy(config.scheduler, services.gpus, error);

@@ -323,6 +323,7 @@ void Session::run() {
   frame::StreamReader reader(fd_);
   reader.setSpinMicros(services_.pollMicros);
   if (handshake(reader)) {
+    if (tenant_->priority() == PriorityClass::kHigh) reader.setSpinMicros(services_.highPriorityPollMicros);
     uint64_t watch = watchForHangup();
     serve(reader);
     if (watch != 0) services_.hangups->unwatch(watch);

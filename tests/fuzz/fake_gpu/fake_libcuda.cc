@@ -9,6 +9,8 @@
 //  - streams, events, modules and functions are heap objects, and every call reads the one it
 //    is given: a handle used after its destroy call is a use-after-free too;
 //  - work completes at once (events are always reached, syncs return at once);
+//  - memory pools count their used and reserved bytes, and a stream-ordered free stays
+//    outstanding (cuMemPoolTrimTo keeps it) until a synchronize of its stream (FakePool);
 //  - a kernel launch reads every parameter at the size cuFuncGetParamInfo reported for it, as
 //    the real driver copies them, so a short parameter buffer is an overread; a kernel whose name
 //    starts with "add" adds 1 to the u32 its first parameter points at (graph replays show);
@@ -106,11 +108,34 @@ struct FakeExec : FakeObject {
 std::atomic<size_t> liveGraphs{0};
 std::atomic<uint64_t> nextCaptureId{1};
 
+// A memory pool's figures as the driver keeps them: used (allocations not freed yet) and
+// reserved (used, plus freed memory the pool keeps). Memory freed with cuMemFreeAsync stays
+// outstanding — cuMemPoolTrimTo cannot give it back — until a synchronize of the freeing stream
+// has shown the host that the free completed ("Allocations that have been asynchronously freed
+// but whose completion has not been observed on the host (eg. by a synchronize) can count as
+// outstanding", cuMemPoolTrimTo); a query does not count. The bytes themselves are malloc'd and
+// freed at once, as other device memory is.
+struct FakePool : FakeObject {
+  size_t used = 0;
+  size_t reserved = 0;
+  size_t usedHigh = 0;
+  size_t reservedHigh = 0;
+  std::map<CUstream, size_t> unobservedFrees;  // by freeing stream
+
+  size_t outstanding() const {
+    size_t bytes = used;
+    for (const auto& [stream, freed] : unobservedFrees) bytes += freed;
+    return bytes;
+  }
+};
+
 struct FakeDriver {
   std::mutex mutex;
   std::map<uintptr_t, size_t> deviceBlocks;  // live cuMemAlloc/pool blocks: address -> size
   size_t deviceBytesInUse = 0;
   std::map<int, size_t> limits;
+  std::vector<FakePool*> pools;              // live pools
+  std::map<uintptr_t, FakePool*> poolBlocks;  // the blocks allocated from a pool
 };
 
 FakeDriver& driver() {
@@ -147,11 +172,19 @@ CUresult allocateDevice(CUdeviceptr* out, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult freeDevice(CUdeviceptr ptr) {
+// Frees a device block; one of a pool counts as freed on `stream` (observed at once when the
+// free is synchronous).
+CUresult freeDevice(CUdeviceptr ptr, CUstream stream = nullptr, bool observed = true) {
   FakeDriver& d = driver();
   std::lock_guard lock(d.mutex);
   auto it = d.deviceBlocks.find(ptr);
   if (it == d.deviceBlocks.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (auto pooled = d.poolBlocks.find(ptr); pooled != d.poolBlocks.end()) {
+    FakePool* pool = pooled->second;
+    pool->used -= it->second;
+    if (!observed) pool->unobservedFrees[stream] += it->second;
+    d.poolBlocks.erase(pooled);
+  }
   d.deviceBytesInUse -= it->second;
   d.deviceBlocks.erase(it);
   std::free(reinterpret_cast<void*>(ptr));
@@ -436,33 +469,71 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   return CUDA_SUCCESS;
 }
 
-// Memory pools: one fake pool object; its blocks are ordinary device blocks.
+// Memory pools (FakePool); their blocks are ordinary device blocks.
 CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps*) {
-  *pool = reinterpret_cast<CUmemoryPool>(new FakeObject);
+  auto* p = new FakePool;
+  std::lock_guard lock(driver().mutex);
+  driver().pools.push_back(p);
+  *pool = reinterpret_cast<CUmemoryPool>(p);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) { return destroy(reinterpret_cast<FakeObject*>(pool)); }
-CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute, void*) {
-  return live(reinterpret_cast<FakeObject*>(pool)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  auto* p = reinterpret_cast<FakePool*>(pool);
+  if (!live(p)) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    std::erase(driver().pools, p);
+    std::erase_if(driver().poolBlocks, [p](const auto& block) { return block.second == p; });
+  }
+  return destroy(p);
+}
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void*) {
+  auto* p = reinterpret_cast<FakePool*>(pool);
+  if (!live(p)) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard lock(driver().mutex);
+  if (attribute == CU_MEMPOOL_ATTR_USED_MEM_HIGH) p->usedHigh = p->used;  // the driver's reset
+  if (attribute == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) p->reservedHigh = p->reserved;
+  return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
-  if (!live(reinterpret_cast<FakeObject*>(pool))) return CUDA_ERROR_INVALID_HANDLE;
+  auto* p = reinterpret_cast<FakePool*>(pool);
+  if (!live(p) || value == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard lock(driver().mutex);
-  bool sizeAttribute = attribute == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attribute == CU_MEMPOOL_ATTR_USED_MEM_CURRENT;
-  *static_cast<cuuint64_t*>(value) = sizeAttribute ? driver().deviceBytesInUse : 0;
+  switch (attribute) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *static_cast<int*>(value) = 0; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = p->reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *static_cast<cuuint64_t*>(value) = p->reservedHigh; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = p->used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *static_cast<cuuint64_t*>(value) = p->usedHigh; break;
+    default: *static_cast<cuuint64_t*>(value) = 0; break;
+  }
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t) {
-  return live(reinterpret_cast<FakeObject*>(pool)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  auto* p = reinterpret_cast<FakePool*>(pool);
+  if (!live(p)) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard lock(driver().mutex);
+  if (p->reserved > keep) p->reserved = std::max(keep, p->outstanding());
+  return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* ptr, size_t bytes, CUmemoryPool pool, CUstream s) {
-  if (!live(reinterpret_cast<FakeObject*>(pool))) return CUDA_ERROR_INVALID_HANDLE;
+  auto* p = reinterpret_cast<FakePool*>(pool);
+  if (!live(p)) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
-  return allocateDevice(ptr, bytes);
+  if (CUresult r = allocateDevice(ptr, bytes); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(driver().mutex);
+  driver().poolBlocks[*ptr] = p;
+  p->used += bytes;
+  p->reserved = std::max(p->reserved, p->outstanding());
+  p->usedHigh = std::max(p->usedHigh, p->used);
+  p->reservedHigh = std::max(p->reservedHigh, p->reserved);
+  return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr ptr, CUstream s) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
-  return freeDevice(ptr);
+  return freeDevice(ptr, s, false);
 }
 
 // --- pinned host memory ---
@@ -494,6 +565,13 @@ CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream s) {
   }
   return onStream(s, CU_GRAPH_NODE_TYPE_MEMCPY, [dst = destinationOf(p), src = sourceOf(p), copy = *p] {
     copyRows(dst, copy.dstPitch, src, copy.srcPitch, copy.WidthInBytes, copy.Height);
+    return CUDA_SUCCESS;
+  });
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream s) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  return onStream(s, CU_GRAPH_NODE_TYPE_MEMCPY, [=] {
+    std::memmove(reinterpret_cast<void*>(dst), src, bytes);
     return CUDA_SUCCESS;
   });
 }
@@ -539,11 +617,18 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream s) {
   if (live(stream) && stream->capture != nullptr) std::erase(stream->capture->joined, stream);
   return destroy(stream);
 }
+// A synchronize shows the host that the stream's frees completed (FakePool).
 CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = refuseIfCapturing(s); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(driver().mutex);
+  for (FakePool* p : driver().pools) p->unobservedFrees.erase(s);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamQuery(CUstream s) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
   return refuseIfCapturing(s);
 }
-CUresult CUDAAPI cuStreamQuery(CUstream s) { return cuStreamSynchronize(s); }
 // A wait on an event recorded in a capture pulls the stream into that capture.
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int) {
   if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
@@ -575,6 +660,59 @@ CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t
     [[maybe_unused]] cuuint32_t seen = *reinterpret_cast<volatile cuuint32_t*>(addr);
     return CUDA_SUCCESS;
   });
+}
+CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  if (addr % 8 != 0) return CUDA_ERROR_INVALID_VALUE;
+  return onStream(s, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [=] {
+    *reinterpret_cast<volatile cuuint64_t*>(addr) = value;
+    return CUDA_SUCCESS;
+  });
+}
+CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t, unsigned int) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  if (addr % 8 != 0) return CUDA_ERROR_INVALID_VALUE;
+  return onStream(s, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [=] {
+    [[maybe_unused]] cuuint64_t seen = *reinterpret_cast<volatile cuuint64_t*>(addr);
+    return CUDA_SUCCESS;
+  });
+}
+// Each operation as its own function does it, after all are checked (a refused batch runs none).
+CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags) {
+  if (CUresult r = checkStream(s); r != CUDA_SUCCESS) return r;
+  if (flags != 0 || count == 0 || count > 255 || ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < count; ++i) {
+    const CUstreamBatchMemOpParams& op = ops[i];
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32: if (op.waitValue.address % 4 != 0) return CUDA_ERROR_INVALID_VALUE; break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64: if (op.waitValue.address % 8 != 0) return CUDA_ERROR_INVALID_VALUE; break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32: if (op.writeValue.address % 4 != 0) return CUDA_ERROR_INVALID_VALUE; break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64: if (op.writeValue.address % 8 != 0) return CUDA_ERROR_INVALID_VALUE; break;
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES: case CU_STREAM_MEM_OP_BARRIER: break;
+      default: return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (unsigned i = 0; i < count; ++i) {
+    const CUstreamBatchMemOpParams& op = ops[i];
+    CUresult r = CUDA_SUCCESS;
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        r = cuStreamWaitValue32_v2(s, op.waitValue.address, op.waitValue.value, op.waitValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        r = cuStreamWaitValue64_v2(s, op.waitValue.address, op.waitValue.value64, op.waitValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        r = cuStreamWriteValue32_v2(s, op.writeValue.address, op.writeValue.value, op.writeValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        r = cuStreamWriteValue64_v2(s, op.writeValue.address, op.writeValue.value64, op.writeValue.flags);
+        break;
+      default: break;
+    }
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventCreate(CUevent* e, unsigned int) {
   *e = reinterpret_cast<CUevent>(new FakeEvent);
