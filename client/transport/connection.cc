@@ -325,6 +325,13 @@ void Connection::pollForReply(PendingCall& pending) {
   auto spin = std::chrono::microseconds(waitSpin_.load(std::memory_order_relaxed));
   auto deadline = std::chrono::steady_clock::now() + spin;
   frame::IncomingFrame frame;
+  pollers_.fetch_add(1);
+  struct Leave {
+    std::atomic<int>& pollers;
+    ~Leave() {
+      if (pollers.fetch_sub(1) == 1) pollers.notify_all();
+    }
+  } leave{pollers_};
   for (unsigned round = 0; pending.state.load(std::memory_order_acquire) == 0; ++round) {
     if (readerMutex_.try_lock()) {
       bool alive = !broken_.load() && routeWhatArrived(frame);
@@ -426,6 +433,8 @@ bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) 
 }
 
 namespace {
+constexpr auto kReceiverLinger = std::chrono::microseconds(50);
+
 bool readableNow(int fd) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
@@ -435,9 +444,20 @@ bool readableNow(int fd) {
 void Connection::receive() {
   frame::IncomingFrame frame;
   for (;;) {
+    for (int n = pollers_.load(); n != 0; n = pollers_.load()) pollers_.wait(n);
+    // Linger before sleeping on the socket: back-to-back round trips then keep it unwatched.
+    bool ready = false;
+    auto until = std::chrono::steady_clock::now() + kReceiverLinger;
+    while (!ready && pollers_.load() == 0 && std::chrono::steady_clock::now() < until) {
+      ready = readableNow(fd_);  // whoever held the reader lock left nothing buffered
+      if (!ready) __builtin_ia32_pause();
+    }
+    if (!ready && pollers_.load() != 0) continue;
     // Wait without the reader lock: a thread waiting for its reply may read meanwhile.
     pollfd p{fd_, POLLIN, -1};
-    if (::poll(&p, 1, -1) < 0 && errno != EINTR) return fail(fmt::format("poll failed: {}", std::strerror(errno)));
+    if (!ready && ::poll(&p, 1, -1) < 0 && errno != EINTR) {
+      return fail(fmt::format("poll failed: {}", std::strerror(errno)));
+    }
     std::lock_guard lock(readerMutex_);
     if (broken_.load()) return;
     if (!routeWhatArrived(frame)) return;
