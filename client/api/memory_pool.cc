@@ -134,7 +134,7 @@ CUresult allocAsync(CUdeviceptr* out, size_t size, CUmemoryPool pool, CUstream s
   }, &reply);
   if (r != CUDA_SUCCESS) return r;
   *out = reply.reply().getValue();
-  rt().addDeviceRegion(*out, size, p->device);
+  rt().addDeviceRegion(*out, size, p->device, /*streamOrdered=*/true);
   return CUDA_SUCCESS;
 }
 

@@ -27,6 +27,10 @@ struct MemOp {
 CUresult postMemOps(CUstream stream, std::span<const MemOp> ops) {
   for (const MemOp& op : ops) {
     if (!tally::stream::memOpWellFormed(op.operation, op.flags, op.address)) return CUDA_ERROR_INVALID_VALUE;
+    // As the driver: no memory operation on a word of stream-ordered (pool) memory.
+    if (auto region = rt().findDeviceRegion(op.address); region && region->second.streamOrdered) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
   }
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   uint64_t streamId = rt().streamId(stream);

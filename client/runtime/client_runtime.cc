@@ -317,9 +317,9 @@ uint32_t ClientRuntime::streamDevice(CUstream stream) {
 
 // --- memory tables -----------------------------------------------------------------------
 
-void ClientRuntime::addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device) {
+void ClientRuntime::addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device, bool streamOrdered) {
   std::lock_guard lock(tablesMutex_);
-  deviceRegions_[base] = DeviceRegion{size, device};
+  deviceRegions_[base] = DeviceRegion{size, device, streamOrdered};
 }
 
 bool ClientRuntime::removeDeviceRegion(CUdeviceptr base) {
@@ -365,6 +365,17 @@ std::optional<std::pair<uintptr_t, HostRegion>> ClientRuntime::findHostRegion(co
   auto found = findRange(hostRegions_, reinterpret_cast<uintptr_t>(address));
   if (!found) return std::nullopt;
   return std::pair<uintptr_t, HostRegion>(found->first, found->second);
+}
+
+std::vector<std::pair<uintptr_t, HostRegion>> ClientRuntime::hostRegionsOverlapping(uintptr_t begin, uintptr_t end) {
+  std::lock_guard lock(tablesMutex_);
+  std::vector<std::pair<uintptr_t, HostRegion>> out;
+  auto it = hostRegions_.upper_bound(begin);
+  if (it != hostRegions_.begin()) --it;
+  for (; it != hostRegions_.end() && it->first < end; ++it) {
+    if (it->first + std::max<size_t>(it->second.size, 1) > begin) out.emplace_back(it->first, it->second);
+  }
+  return out;
 }
 
 // --- registration --------------------------------------------------------------------------

@@ -49,11 +49,20 @@ struct HostRegion {
   unsigned flags = 0;          // cudaHostAlloc flags, for cudaHostGetFlags
   bool shared = false;        // memfd mapped by tallyd
   uint64_t serverAddress = 0;  // where tallyd mapped it (the device pointer, when registered)
+  // cudaHostRegister'ed application memory (client/api/host_register.cc): the client never
+  // frees it; `userBase`/`userSize` are what the application passed (the region itself spans
+  // whole pages when they were moved into shared memory).
+  bool registered = false;
+  uintptr_t userBase = 0;
+  size_t userSize = 0;
 };
 
 struct DeviceRegion {
   size_t size = 0;
   uint32_t device = 0;
+  // From a memory pool (cudaMallocAsync and kin): the driver refuses stream memory operations
+  // on such words, while tallyd's pooled backing of cudaMalloc must not make the others differ.
+  bool streamOrdered = false;
 };
 
 using CallBuilder = std::function<void(wire::Call::Builder)>;
@@ -119,12 +128,14 @@ class ClientRuntime {
   uint32_t streamDevice(CUstream stream);
 
   // --- memory tables ------------------------------------------------------------------
-  void addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device);
+  void addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device, bool streamOrdered = false);
   bool removeDeviceRegion(CUdeviceptr base);
   std::optional<std::pair<CUdeviceptr, DeviceRegion>> findDeviceRegion(uint64_t address);
   void addHostRegion(const void* base, HostRegion region);
   std::optional<HostRegion> removeHostRegion(const void* base);
   std::optional<std::pair<uintptr_t, HostRegion>> findHostRegion(const void* address);
+  // Every host region that overlaps [begin, end).
+  std::vector<std::pair<uintptr_t, HostRegion>> hostRegionsOverlapping(uintptr_t begin, uintptr_t end);
 
   // --- registration (no connection needed) --------------------------------------------
   FatbinRecord* registerFatbin(const void* wrapper);

@@ -74,6 +74,7 @@ bool linkAndRun() {
   CU_CHECK(cuLinkComplete(link, &cubin, &size));
   std::printf("link complete: image %s, info log %zu bytes\n", size > 0 ? "non-empty" : "empty",
               std::strlen(logs.info));
+  std::fprintf(stderr, "info log:\n%s\n", logs.info);  // not compared: for diagnosing a difference
   CUmodule module = nullptr;
   CU_CHECK(cuModuleLoadData(&module, cubin));  // the image stays the link's until cuLinkDestroy
   bool ok = launchScaleAdd(module);

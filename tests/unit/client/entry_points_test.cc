@@ -189,6 +189,24 @@ TEST(StreamMemoryOps, ABatchIsOneMessage) {
   EXPECT_EQ(ops[1].flags, static_cast<uint32_t>(CU_STREAM_WAIT_VALUE_EQ));
 }
 
+TEST(StreamMemoryOps, WordsOfStreamOrderedMemoryAreRefusedAsTheDriverDoes) {
+  // tallyd backs cudaMalloc with pooled memory too; only what the application took from a pool
+  // is refused (natively: CUDA_ERROR_INVALID_VALUE at the call).
+  void* plain = nullptr;
+  void* pooled = nullptr;
+  ASSERT_EQ(cudaMalloc(&plain, 64), cudaSuccess);
+  ASSERT_EQ(cudaMallocAsync(&pooled, 64, nullptr), cudaSuccess);
+  ASSERT_NE(pooled, nullptr);
+  uint64_t before = server->calls();
+  EXPECT_EQ(cuStreamWriteValue32(nullptr, reinterpret_cast<CUdeviceptr>(pooled), 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamWaitValue32(nullptr, reinterpret_cast<CUdeviceptr>(pooled) + 4, 1, CU_STREAM_WAIT_VALUE_GEQ),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamWriteValue32(nullptr, reinterpret_cast<CUdeviceptr>(plain), 1, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cudaFreeAsync(pooled, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_GE(server->calls(), before + 1);
+}
+
 TEST(StreamMemoryOps, WhatTheDriverRefusesAtTheCallIsNotSent) {
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   uint64_t before = server->calls();
