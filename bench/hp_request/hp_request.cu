@@ -10,8 +10,10 @@
 //   hp_request --work-us US [--kernels N] [--rate REQ_PER_S] [--seconds S] [--seed N] [--bytes B]
 //
 // Prints one JSON object: service = completion - start (what remoting adds to),
-// response = completion - scheduled arrival (adds queueing), both in us: p50, p99, p999, mean.
+// response = completion - scheduled arrival (adds queueing), both in us: p50, p99, p999, mean;
+// through tallyd also the messages and round trips one request cost (tallyClientStats).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -90,6 +92,10 @@ Stats summarize(std::vector<double> v) {
   return {at(0.50), at(0.99), at(0.999), sum / double(v.size())};
 }
 
+// Tally's client exports tallyClientStats (messages, round trips, bytes sent); natively absent.
+using ClientStatsFn = int (*)(unsigned long long*);
+ClientStatsFn clientStats() { return reinterpret_cast<ClientStatsFn>(dlsym(RTLD_DEFAULT, "tallyClientStats")); }
+
 double usBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
@@ -141,6 +147,9 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(o.seed);
   std::exponential_distribution<double> gap(rate);
   std::vector<double> service, response;
+  ClientStatsFn stats = clientStats();
+  unsigned long long before[3] = {}, after[3] = {};
+  bool counted = stats != nullptr && stats(before) == 0;
   auto begin = Clock::now();
   auto arrival = begin;
   while (usBetween(begin, Clock::now()) < o.seconds * 1e6) {
@@ -155,9 +164,17 @@ int main(int argc, char** argv) {
     service.push_back(usBetween(start, done));
     response.push_back(usBetween(arrival, done));
   }
+  counted = counted && stats(after) == 0;
   Stats s = summarize(service), r = summarize(response);
+  double requests = double(service.size());
+  if (counted) {
+    std::printf("{\"messages_per_request\":%.2f,\"round_trips_per_request\":%.2f,",
+                double(after[0] - before[0]) / requests, double(after[1] - before[1]) / requests);
+  } else {
+    std::printf("{");
+  }
   std::printf(
-      "{\"work_us\":%.1f,\"kernels\":%d,\"bytes\":%zu,\"rate\":%.1f,\"requests\":%zu,"
+      "\"work_us\":%.1f,\"kernels\":%d,\"bytes\":%zu,\"rate\":%.1f,\"requests\":%zu,"
       "\"service_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f,\"mean\":%.2f},"
       "\"response_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f,\"mean\":%.2f}}\n",
       o.workUs, o.kernels, o.bytes, rate, service.size(), s.p50, s.p99, s.p999, s.mean, r.p50, r.p99, r.p999, r.mean);

@@ -29,6 +29,9 @@ def summarize(runs):
     rows = []
     for (work, mode), group in sorted(runs.items()):
         row = {"work_us": work, "mode": mode, "repeats": len(group), "requests": sum(g["requests"] for g in group)}
+        for key in ("messages_per_request", "round_trips_per_request"):
+            if all(key in g for g in group):
+                row[key] = statistics.median(g[key] for g in group)
         for q in QUANTILES:
             values = [g["service_us"][q] for g in group]
             row[q] = statistics.median(values)
@@ -43,13 +46,14 @@ def summarize(runs):
 
 
 def markdown(rows):
-    out = ["| GPU time / request | transport | service p50 (µs) | p99 (µs) | p99.9 (µs) | p50 × native | p99 × native | p99.9 × native | p99 min–max (µs) | requests |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| GPU time / request | transport | service p50 (µs) | p99 (µs) | p99.9 (µs) | p50 × native | p99 × native | p99.9 × native | p99 min–max (µs) | requests | messages / round trips per request |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "—" if v is None else f"{v:.2f}×"
     for r in rows:
         out.append(f"| {r['work_us']:.0f} µs | {r['mode']} | {r['p50']:.1f} | {r['p99']:.1f} | {r['p999']:.1f} | "
                    f"{fmt(r['p50_vs_native'])} | {fmt(r['p99_vs_native'])} | {fmt(r['p999_vs_native'])} | "
-                   f"{r['p99_min']:.1f}–{r['p99_max']:.1f} | {r['requests']} |")
+                   f"{r['p99_min']:.1f}–{r['p99_max']:.1f} | {r['requests']} | "
+                   + (f"{r['messages_per_request']:.1f} / {r['round_trips_per_request']:.2f} |" if "round_trips_per_request" in r else "— |"))
     return "\n".join(out) + "\n"
 
 
@@ -63,6 +67,7 @@ def plot(rows, path):
         return
     works = sorted({r["work_us"] for r in rows})
     modes = [m for m in ("native", "uds", "tcp") if any(r["mode"] == m for r in rows)]
+    modes += sorted({r["mode"] for r in rows} - set(modes), key=lambda m: int(m[5:]) if m[5:].isdigit() else 0)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, q in zip(axes, ("p50", "p99")):
         width = 0.8 / len(modes)

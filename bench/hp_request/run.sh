@@ -13,6 +13,10 @@
 #   HP_REQUEST_REPEATS=1              rounds over every (work, mode), interleaved
 #   HP_REQUEST_TALLYD_ARGS=""         extra tallyd options
 #   HP_REQUEST_CLIENT_ENV=""          extra client variables, e.g. "TALLY_TRACE=/tmp/t.tsv"
+#   HP_REQUEST_NETEM_US="50 200"     remote clients: also run over TCP from a network namespace
+#                                    behind a veth pair with `tc netem` adding this delay each way
+#                                    (modes netem50, netem200; root, ip and tc needed, else skipped
+#                                    with the reason; private addresses only, nothing leaves the host)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../../scripts/tally_lib.sh
@@ -37,9 +41,39 @@ trap 'tl_stop_tallyd; rm -rf "$SCRATCH"' EXIT
 RESULTS=$OUT/results.jsonl
 : >"$RESULTS"
 
-if [[ $MODES == *uds* || $MODES == *tcp* ]]; then
-  # The benchmark's client asks for high priority over TCP too, without a token.
-  echo 'allow_anonymous_high_priority = true' >"$SCRATCH/tallyd.toml"
+# Remote clients: a namespace "tallyhp" whose veth end 10.213.0.2 reaches tallyd on 10.213.0.1.
+NETEM_DELAYS=${HP_REQUEST_NETEM_US:-}
+NETEM_PORT=""
+netem_down() { ip link del tallyhp0 2>/dev/null; ip netns del tallyhp 2>/dev/null; }
+netem_up() {
+  ip netns add tallyhp && ip link add tallyhp0 type veth peer name tallyhp1 && ip link set tallyhp1 netns tallyhp &&
+    ip addr add 10.213.0.1/30 dev tallyhp0 && ip link set tallyhp0 up &&
+    ip -n tallyhp addr add 10.213.0.2/30 dev tallyhp1 && ip -n tallyhp link set tallyhp1 up &&
+    ip -n tallyhp link set lo up && tc qdisc add dev tallyhp0 root netem delay 1us &&
+    ip netns exec tallyhp tc qdisc add dev tallyhp1 root netem delay 1us
+}
+if [[ -n $NETEM_DELAYS ]]; then
+  why=""
+  [[ $(id -u) -eq 0 ]] || why="not root"
+  { command -v ip && command -v tc; } >/dev/null || why="${why:+$why, }ip/tc not found"
+  if [[ -z $why ]]; then
+    netem_down
+    err=$(netem_up 2>&1) || { why="veth/netem setup failed: $err"; netem_down; }
+  fi
+  if [[ -n $why ]]; then
+    echo "SKIP netem modes: $why"
+  else
+    NETEM_PORT=$(tl_free_port)
+    TALLYD_EXTRA+=(--listen "tcp://10.213.0.1:$NETEM_PORT")
+    trap 'tl_stop_tallyd; netem_down; rm -rf "$SCRATCH"' EXIT
+    for d in $NETEM_DELAYS; do MODES+=" netem$d"; done
+  fi
+fi
+
+if [[ $MODES == *uds* || $MODES == *tcp* || $MODES == *netem* ]]; then
+  # The benchmark's client asks for high priority over TCP too, without a token; the netem
+  # listener is on a private non-loopback address.
+  printf 'allow_anonymous_high_priority = true\nallow_plain_tcp = true\n' >"$SCRATCH/tallyd.toml"
   tl_start_tallyd "$BUILD/server/tallyd" "$SCRATCH/tallyd.sock" "$OUT/tallyd.log" --config "$SCRATCH/tallyd.toml" \
     "${TALLYD_EXTRA[@]}" || exit 1
   tl_setup_hide "$SCRATCH" ""
@@ -51,6 +85,14 @@ run_one() {  # <mode> <work us> <repeat>
   local args=(--work-us "$work" --seconds "$SECONDS_PER_RUN" --seed "$rep")
   if [[ $mode == native ]]; then
     line=$(env -u LD_PRELOAD -u TALLY_SERVER "$BENCH" "${args[@]}" 2>"$SCRATCH/err"); rc=$?
+  elif [[ $mode == netem* ]]; then
+    local delay=${mode#netem}
+    tc qdisc change dev tallyhp0 root netem delay "${delay}us" &&
+      ip netns exec tallyhp tc qdisc change dev tallyhp1 root netem delay "${delay}us" || return 1
+    local hide=()
+    [[ $TL_HIDE -eq 1 ]] && hide=(unshare -m bash -c "$TL_HIDE_SCRIPT" bash "$TL_OLDDEV")
+    line=$(ip netns exec tallyhp "${hide[@]}" env "LD_PRELOAD=$CLIENT" "TALLY_SERVER=tcp://10.213.0.1:$NETEM_PORT" \
+      TALLY_PRIORITY=high TALLY_TENANT=hp_request "${CLIENT_EXTRA[@]}" "$BENCH" "${args[@]}" 2>"$SCRATCH/err"); rc=$?
   else
     server="unix:$SCRATCH/tallyd.sock"
     [[ $mode == tcp ]] && server="tcp://127.0.0.1:$TL_PORT"
