@@ -21,6 +21,7 @@ using Launch = import "launch.capnp";
 using Graph = import "graph.capnp";
 using Library = import "library.capnp";
 using MemoryExt = import "memory_ext.capnp";
+using Array = import "array.capnp";
 
 const protocolVersion :UInt32 = 3;  # 2: module hashes are SHA-256 (32 bytes); 3: library calls
 
@@ -131,6 +132,18 @@ struct Call {
     linkAddData @61 :Module.LinkAddData;                 # Reply.link (logs)
     linkComplete @62 :Module.LinkRef;                    # Reply.link (logs, image)
     linkDestroy @63 :Module.LinkRef;                     # one-way
+
+    # CUDA arrays, texture and surface objects (array.capnp).
+    arrayCreate @64 :Array.ArrayCreate;
+    arrayDestroy @65 :Array.ArrayRef;
+    arrayCopy @66 :Array.ArrayCopy;                      # one-way when asynchronous
+    textureCreate @67 :Array.TextureCreate;              # Reply.value: the texture object
+    textureDestroy @68 :Array.ObjectRef;
+    surfaceCreate @69 :Array.SurfaceCreate;              # Reply.value: the surface object
+    surfaceDestroy @70 :Array.ObjectRef;
+    mipmappedArrayCreate @71 :Array.MipmappedArrayCreate;
+    mipmappedArrayGetLevel @72 :Array.MipmappedArrayGetLevel;  # Reply.arrayDescriptor
+    mipmappedArrayDestroy @73 :Array.ArrayRef;
   }
 }
 
@@ -152,6 +165,7 @@ struct Reply {
     graph @12 :Graph.GraphReply;  # graphGetNodes, graphKernelNodeGetParams
     tensorMap @13 :Data;          # the 128 bytes of an encoded CUtensorMap
     link @14 :Module.LinkResult;  # linkCreate, linkAddData, linkComplete
+    arrayDescriptor @15 :Array.ArrayDescriptor;  # mipmappedArrayGetLevel: the level's descriptor
   }
 }
 

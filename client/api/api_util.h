@@ -36,6 +36,10 @@ inline uint32_t currentDevice() { return static_cast<uint32_t>(threadState().dev
 CUresult validDevice(int ordinal);
 CUresult synchronizeDevice();
 
+// host_register.cc: cudaHostGetDevicePointer of registered memory (region `region` at `key`):
+// tallyd's device address of `host` when the pages are shared with it, else NotSupported.
+CUresult registeredDevicePointer(uintptr_t key, const HostRegion& region, const void* host, void** device);
+
 // For the _ptsz exports: a null stream is the calling thread's default stream.
 inline CUstream perThreadDefault(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
 

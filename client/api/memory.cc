@@ -2,6 +2,7 @@
 // with tallyd through a memfd on Unix sockets (so copies to and from it are DMA at native
 // speed and happen in stream order), and travels as bulk bytes otherwise.
 #include "client/api/api_util.h"
+#include "client/api/array_handles.h"
 #include "client/entry/not_supported.h"
 #include "client/runtime/argument_checks.h"
 #include "client/runtime/capture_table.h"
@@ -95,6 +96,10 @@ CUresult allocateHost(void** out, size_t size, unsigned flags = 0) {
 
 CUresult freeHost(void* p) {
   if (p == nullptr) return CUDA_SUCCESS;
+  // Registered memory is the application's: cudaHostUnregister, never cudaFreeHost.
+  if (auto found = rt().findHostRegion(p); !found || found->first != reinterpret_cast<uintptr_t>(p) || found->second.registered) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   std::optional<HostRegion> region = rt().removeHostRegion(p);
   if (!region) return CUDA_ERROR_INVALID_VALUE;
   if (!region->shared) {
@@ -311,12 +316,11 @@ CUresult copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t
 }
 
 // cuMemcpy2D's parameter block as a Copy2D: each side is host, device or unified memory at
-// (x, y) of its pitch; CUDA arrays are not forwarded.
+// (x, y) of its pitch; a copy with a CUDA array side goes to array.cc.
 CUresult copyDescriptor(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
-    reportNotSupported("cuMemcpy2D to or from a CUDA array");
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return copy2DWithArray(*p, stream, sync);
   }
   auto side = [](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y, size_t pitch) {
     uint64_t base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uint64_t>(host) : device;
@@ -413,6 +417,21 @@ TALLY_API cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, s
   return guardRuntime(__func__, [&] { return allocatePitch(reinterpret_cast<CUdeviceptr*>(ptr), pitch, width, height); });
 }
 
+// A pitched allocation of height x depth rows: what cudaMemcpy3D's pitched pointers name.
+TALLY_API cudaError_t cudaMalloc3D(cudaPitchedPtr* out, cudaExtent extent) {
+  return guardRuntime(__func__, [&] {
+    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    size_t rows = 0;
+    if (__builtin_mul_overflow(extent.height, extent.depth, &rows)) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr ptr = 0;
+    size_t pitch = 0;
+    CUresult r = allocatePitch(&ptr, &pitch, extent.width, rows);
+    if (r != CUDA_SUCCESS) return r;
+    *out = cudaPitchedPtr{reinterpret_cast<void*>(ptr), pitch, extent.width, extent.height};
+    return CUDA_SUCCESS;
+  });
+}
+
 TALLY_API cudaError_t cudaFree(void* ptr) {
   return guardRuntime(__func__, [&] { return freeDevice(reinterpret_cast<CUdeviceptr>(ptr)); });
 }
@@ -428,8 +447,9 @@ TALLY_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags)
 TALLY_API cudaError_t cudaHostGetFlags(unsigned int* flags, void* host) {
   return guardRuntime(__func__, [&] {
     if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    // Natively only cudaHostAlloc memory has flags to tell, not registered memory.
     auto region = rt().findHostRegion(host);
-    if (!region) return CUDA_ERROR_INVALID_VALUE;
+    if (!region || region->second.registered) return CUDA_ERROR_INVALID_VALUE;
     *flags = region->second.flags;
     return CUDA_SUCCESS;
   });
@@ -439,15 +459,13 @@ TALLY_API cudaError_t cudaFreeHost(void* ptr) {
   return guardRuntime(__func__, [&] { return freeHost(ptr); });
 }
 
-// Pageable memory cannot be shared after the fact: registration is accepted and copies from
-// it travel as bulk, as they would from unregistered memory.
-TALLY_API cudaError_t cudaHostRegister(void*, size_t, unsigned int) { return finish(rt().ready()); }
-TALLY_API cudaError_t cudaHostUnregister(void*) { return finish(rt().ready()); }
+// cudaHostRegister and cudaHostUnregister: host_register.cc.
 
-TALLY_API cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int) {
+TALLY_API cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int flags) {
   return guardRuntime(__func__, [&] {
-    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (device == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     auto region = rt().findHostRegion(host);
+    if (region && region->second.registered) return registeredDevicePointer(region->first, region->second, host, device);
     if (!region || region->second.serverAddress == 0) return CUDA_ERROR_INVALID_VALUE;
     *device = reinterpret_cast<void*>(region->second.serverAddress + (reinterpret_cast<uintptr_t>(host) - region->first));
     return CUDA_SUCCESS;
@@ -670,6 +688,10 @@ TALLY_API CUresult cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned sh
 TALLY_API CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height,
                                       CUstream stream) {
   return guardDriver(__func__, [&] { return memset(dst, value, 4, width, height, pitch, stream); });
+}
+
+TALLY_API CUresult cuMemHostGetFlags(unsigned int* flags, void* host) {
+  return static_cast<CUresult>(cudaHostGetFlags(flags, host));
 }
 
 TALLY_API CUresult cuMemHostGetDevicePointer(CUdeviceptr* device, void* host, unsigned int flags) {

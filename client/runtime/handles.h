@@ -26,6 +26,8 @@ enum class HandleMagic : uint32_t {
   kKernel = 0x7a11a505,
   kMemPool = 0x7a11a506,  // client/api/memory_pool.cc
   kLink = 0x7a11a507,     // client/api/jit_link.cc
+  kArray = 0x7a11a508,    // client/api/array.cc
+  kMipmappedArray = 0x7a11a509,
   kGraph = 0x7a11a5c1,      // client/api/graph.cc
   kGraphExec = 0x7a11a5c2,
   kGraphNode = 0x7a11a5c3,

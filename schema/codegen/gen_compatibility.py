@@ -635,11 +635,23 @@ def render_summary(c: Compatibility) -> list[str]:
     return ["## Summary", ""] + table(["API", "Functions", "Implemented", "Not implemented"], "lrrr", rows)
 
 
+# Hand-written remarks printed after an API's lists of functions that are not implemented.
+CUDA_NOTES = {
+    "driver": ["Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
+               "`cuModuleGetSurfRef`) stay NotSupported: nvcc 13 cannot produce them any more "
+               "(`texture<>`/`surface<>` references were removed in CUDA 12; `texture<float, 2> t;` "
+               "fails with \"texture is not a template\"), so only binaries built with older toolkits "
+               "use them. Texture and surface *objects* are implemented, over CUDA arrays, mipmapped "
+               "arrays, linear and pitch-2D memory.", ""],
+}
+
+
 def render_cuda_api(c: Compatibility, api: str, title: str) -> list[str]:
     rows = cuda_rows(c, api)
     return ([f"## {title}", ""] + family_table(rows) +
             [f"### Not implemented {api} functions", ""]
-            + not_implemented_lists(rows, lambda e: describe_cuda_entry(e, c.exports)))
+            + not_implemented_lists(rows, lambda e: describe_cuda_entry(e, c.exports))
+            + CUDA_NOTES.get(api, []))
 
 
 def per_thread_section(c: Compatibility) -> list[str]:

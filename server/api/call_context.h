@@ -133,6 +133,7 @@ void handleMemory(CallContext& ctx, wire::Call::Reader call);
 void handleStream(CallContext& ctx, wire::Call::Reader call);
 void handleModule(CallContext& ctx, wire::Call::Reader call);
 void handleJitLink(CallContext& ctx, wire::Call::Reader call);  // jit_link_api.cc
+void handleArray(CallContext& ctx, wire::Call::Reader call);    // array_api.cc: arrays, textures, surfaces
 void handleLaunch(CallContext& ctx, wire::Call::Reader call);
 void handleDevice(CallContext& ctx, wire::Call::Reader call);
 void handleLibrary(CallContext& ctx, wire::Call::Reader call);

@@ -187,6 +187,11 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
     case W::LINK_CREATE: case W::LINK_ADD_DATA: case W::LINK_COMPLETE: case W::LINK_DESTROY:
       handleJitLink(ctx, call);
       break;
+    case W::ARRAY_CREATE: case W::ARRAY_DESTROY: case W::ARRAY_COPY: case W::TEXTURE_CREATE: case W::TEXTURE_DESTROY:
+    case W::SURFACE_CREATE: case W::SURFACE_DESTROY: case W::MIPMAPPED_ARRAY_CREATE: case W::MIPMAPPED_ARRAY_GET_LEVEL:
+    case W::MIPMAPPED_ARRAY_DESTROY:
+      handleArray(ctx, call);
+      break;
     case W::LAUNCH_KERNEL:
       handleLaunch(ctx, call);
       break;

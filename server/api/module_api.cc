@@ -26,7 +26,7 @@ std::shared_ptr<const std::string> variantsFor(CallContext& ctx, const gpu::Stor
   transform::VariantStore* store = ctx.services().variants;
   if (store == nullptr || ctx.tenant().priority() != session::PriorityClass::kBestEffort) return nullptr;
   const std::string& ptx = module.ptx(args.getKind() == wire::ImageKind::PTX);
-  gpu::Gpu* g = args.getDevice() < ctx.services().gpus.size() ? ctx.services().gpus[args.getDevice()] : nullptr;
+  gpu::Gpu* g = ctx.tenant().gpu(args.getDevice());  // the tenant's numbering (CUDA_VISIBLE_DEVICES)
   if (ptx.empty() || g == nullptr) return nullptr;
   return store->variantsFor(ptx, g->arch());
 }

@@ -1,5 +1,7 @@
 #include "server/session/device_visibility.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cctype>
 #include <optional>
@@ -31,7 +33,12 @@ std::optional<size_t> resolve(const std::string& entry, const std::vector<std::s
     size_t ordinal = std::stoul(entry);
     return ordinal < uuids.size() ? std::optional<size_t>(ordinal) : std::nullopt;
   }
-  if (entry.rfind("GPU-", 0) != 0) return std::nullopt;  // MIG instances and the rest: not ours
+  if (entry.rfind("MIG-", 0) == 0) {
+    spdlog::warn("a tenant's CUDA_VISIBLE_DEVICES names MIG instance {}: tallyd offers whole GPUs only; its list ends there",
+                 entry);
+    return std::nullopt;
+  }
+  if (entry.rfind("GPU-", 0) != 0) return std::nullopt;  // not a GPU of ours
   std::string prefix;
   for (char c : entry.substr(4)) {
     if (c != '-') prefix += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -83,6 +83,12 @@ StreamState* StreamTable::createLegacyDefault(uint32_t device) {
   return raw;
 }
 
+uint64_t StreamTable::legacyIdOf(const gpu::Gpu* g) const {
+  // The tenant's device number, not the driver's: they differ under CUDA_VISIBLE_DEVICES.
+  auto it = std::find(gpus_.begin(), gpus_.end(), g);
+  return it == gpus_.end() ? 0 : static_cast<uint64_t>(it - gpus_.begin()) + 1;
+}
+
 StreamState* StreamTable::stream(uint64_t id) {
   auto it = streams_.find(id);
   if (it != streams_.end()) return it->second.get();
@@ -113,7 +119,7 @@ void StreamTable::orderBefore(StreamState& s) {
   }
   if (!s.blocking) return;
   if (s.joinedDefaultEpoch != epoch) {
-    StreamState* legacy = stream(s.gpu->ordinal() + 1);
+    StreamState* legacy = stream(legacyIdOf(s.gpu));
     if (legacy != nullptr && !capturing(*legacy)) joinStreams(s, *legacy);
     s.joinedDefaultEpoch = epoch;
   }
@@ -132,7 +138,7 @@ void StreamTable::markCaptureStart(StreamState& s) {
   s.gpu->makeCurrent();
   cuEventRecord(s.joinEvent, s.stream);
   if (!s.blocking || s.legacyDefault || !s.hasUnjoinedWork) return;
-  if (StreamState* legacy = stream(s.gpu->ordinal() + 1); legacy != nullptr && !capturing(*legacy)) {
+  if (StreamState* legacy = stream(legacyIdOf(s.gpu)); legacy != nullptr && !capturing(*legacy)) {
     cuStreamWaitEvent(legacy->stream, s.joinEvent, 0);
   }
   s.hasUnjoinedWork = false;

@@ -164,6 +164,8 @@ class StreamTable {
 
   gpu::Gpu* gpu(uint32_t device) const { return device < gpus_.size() ? gpus_[device] : nullptr; }
   StreamState* createLegacyDefault(uint32_t device);
+  // The id of the tenant's legacy default stream on `g` (0: not one of the tenant's GPUs).
+  uint64_t legacyIdOf(const gpu::Gpu* g) const;
   int bandPriority(const gpu::Gpu& g, int requested) const;
   void joinStreams(StreamState& waiter, StreamState& waited);
   CUstream privateStream(PrivateStreams& streams, gpu::Gpu* g);

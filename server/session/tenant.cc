@@ -69,6 +69,103 @@ CUresult Tenant::free(CUdeviceptr ptr, gpu::Gpu*& on) {
   return streams_.freeAfterTenantWork(on, ptr, range->size);
 }
 
+// --- arrays ----------------------------------------------------------------------------
+
+namespace {
+
+constexpr size_t kArrayClearChunk = 4u << 20;  // zeros copied into an array per copy
+
+// Queues copies of zeros over every element of `a` on `stream`.
+CUresult clearArray(const ArrayState& a, CUstream stream) {
+  size_t rowBytes = arrayFormatBytes(a.descriptor.Format) * a.descriptor.NumChannels * a.descriptor.Width;
+  size_t rows = std::max<size_t>(a.descriptor.Height, 1), slices = std::max<size_t>(a.descriptor.Depth, 1);
+  if (rowBytes == 0) return CUDA_SUCCESS;
+  size_t chunkRows = std::clamp<size_t>(kArrayClearChunk / rowBytes, 1, rows);
+  CUdeviceptr zeros = 0;
+  gpu::MemoryPool* pool = a.gpu->memoryPool();
+  CUresult r = pool != nullptr ? pool->allocate(chunkRows * rowBytes, stream, zeros) : cuMemAlloc(&zeros, chunkRows * rowBytes);
+  if (r != CUDA_SUCCESS) return r;
+  r = cuMemsetD8Async(zeros, 0, chunkRows * rowBytes, stream);
+  for (size_t z = 0; z < slices && r == CUDA_SUCCESS; ++z) {
+    for (size_t y = 0; y < rows && r == CUDA_SUCCESS; y += chunkRows) {
+      CUDA_MEMCPY3D p{};
+      p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      p.srcDevice = zeros;
+      p.srcPitch = rowBytes;
+      p.srcHeight = chunkRows;
+      p.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+      p.dstArray = a.array;
+      p.dstY = y;
+      p.dstZ = z;
+      p.WidthInBytes = rowBytes;
+      p.Height = std::min(chunkRows, rows - y);
+      p.Depth = 1;
+      r = cuMemcpy3DAsync(&p, stream);
+    }
+  }
+  if (CUresult s = cuStreamSynchronize(stream); r == CUDA_SUCCESS) r = s;
+  if (pool != nullptr) {
+    cuMemFreeAsync(zeros, stream);
+  } else {
+    cuMemFree(zeros);
+  }
+  return r;
+}
+
+}  // namespace
+
+CUresult Tenant::destroyArray(const ArrayState& a) {
+  a.gpu->makeCurrent();
+  memory_.uncharge(a.bytes);
+  // Not cleared (a broken context): kept rather than handed on with the tenant's data.
+  if (CUresult r = clearArray(a, streams_.joinedSyncStream(a.gpu)); r != CUDA_SUCCESS) {
+    spdlog::warn("tenant {} ({}): clearing an array of {} bytes failed ({}); it is not destroyed", id_, name_, a.bytes,
+                 gpu::describe(r));
+    return r;
+  }
+  return cuArrayDestroy(a.array);
+}
+
+CUresult Tenant::destroyMipmapped(const MipmappedState& m) {
+  m.gpu->makeCurrent();
+  memory_.uncharge(m.bytes);
+  CUstream stream = streams_.joinedSyncStream(m.gpu);
+  for (unsigned level = 0; level < m.levels; ++level) {
+    ArrayState a;
+    a.gpu = m.gpu;
+    CUresult r = cuMipmappedArrayGetLevel(&a.array, m.array, level);
+    if (r == CUDA_SUCCESS) r = cuArray3DGetDescriptor(&a.descriptor, a.array);
+    if (r == CUDA_SUCCESS) r = clearArray(a, stream);
+    if (r != CUDA_SUCCESS) {
+      spdlog::warn("tenant {} ({}): clearing level {} of a mipmapped array failed ({}); it is not destroyed", id_, name_,
+                   level, gpu::describe(r));
+      return r;
+    }
+  }
+  return cuMipmappedArrayDestroy(m.array);
+}
+
+// Objects first: they read the arrays.
+void Tenant::destroyArraysAndObjects() {
+  auto objects = arrays_.takeObjects();
+  for (const auto& [value, object] : objects) {
+    object.gpu->makeCurrent();
+    if (object.surface) {
+      cuSurfObjectDestroy(value);
+    } else {
+      cuTexObjectDestroy(value);
+    }
+  }
+  auto arrays = arrays_.takeArrays();
+  for (const ArrayState& a : arrays) destroyArray(a);
+  auto mipmapped = arrays_.takeMipmapped();
+  for (const MipmappedState& m : mipmapped) destroyMipmapped(m);
+  if (!objects.empty() || !arrays.empty() || !mipmapped.empty()) {
+    spdlog::info("tenant {} ({}): destroyed {} texture/surface objects, {} arrays and {} mipmapped arrays", id_, name_,
+                 objects.size(), arrays.size(), mipmapped.size());
+  }
+}
+
 // --- modules ---------------------------------------------------------------------------
 
 CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& identity, const std::string& image,
@@ -121,6 +218,8 @@ void Tenant::release() {
     if (o.gpu != nullptr) o.gpu->makeCurrent();
     if (o.destroy != nullptr) o.destroy(o.object);
   }
+  // Arrays are cleared and destroyed (their objects first), while the sync streams exist.
+  destroyArraysAndObjects();
   // Frees are stream-ordered on the tenant's sync stream: cuMemFree would wait for every kernel
   // of the context, and hold other tenants' calls while it waits.
   size_t freedBytes = memory_.allocatedBytes();

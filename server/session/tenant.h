@@ -7,6 +7,7 @@
 //  - memPools() (its stream-ordered allocator pools; mem_pool_table.h),
 //  - virtualMemory() (allocation handles, reservations, mappings; virtual_memory_table.h).
 //  - graphs() (open stream captures, graphs, executable graphs; graph_table.h).
+//  - arrays() (CUDA arrays, texture and surface objects; array_table.h).
 // What spans tables (allocating and freeing, unloading a module with its globals, the host
 // waits, release) is here. A Tenant is used by its session thread only (completion callbacks
 // capture values, never the tenant), so it needs no lock.
@@ -14,6 +15,7 @@
 
 #include "common/metrics/latency_histogram.h"
 #include "server/gpu/gpu.h"
+#include "server/session/array_table.h"
 #include "server/session/auth.h"
 #include "server/session/host_mapping_table.h"
 #include "server/session/host_waits.h"
@@ -108,6 +110,7 @@ class Tenant {
   LibraryObjectTable& libraryObjects() { return libraryObjects_; }
   GraphTable& graphs() { return graphs_; }
   LinkTable& links() { return links_; }
+  ArrayTable& arrays() { return arrays_; }
 
   // --- memory (allocations come from the GPU's pool on the tenant's allocation stream) ---
   CUresult allocate(uint32_t device, size_t size, CUdeviceptr& out);
@@ -117,6 +120,12 @@ class Tenant {
   // the caller awaits), not once every kernel of the context has ended, which cuMemFree waits
   // for. `on`: its GPU.
   CUresult free(CUdeviceptr ptr, gpu::Gpu*& on);
+  // An array the tenant (or its end) let go: once the tenant's work on its GPU has passed this
+  // point it is cleared (the driver may hand its memory to another tenant), destroyed, and its
+  // bytes leave the quota. cudaFreeArray synchronizes natively too.
+  CUresult destroyArray(const ArrayState& array);
+  // The same for a mipmapped array, level by level.
+  CUresult destroyMipmapped(const MipmappedState& array);
 
   // --- modules -------------------------------------------------------------------------
   // modules().load on the tenant's device `device`.
@@ -177,6 +186,7 @@ class Tenant {
   void releaseVirtualMemory();
   void destroyMemPools();
   void destroyLinks();
+  void destroyArraysAndObjects();
 
  private:
   uint64_t id_;
@@ -195,6 +205,7 @@ class Tenant {
   LibraryObjectTable libraryObjects_;
   GraphTable graphs_;  // after streams_: it counts captures there
   LinkTable links_;
+  ArrayTable arrays_;
   uint32_t hostFuncsAwaited_ = 0;
   std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
   std::shared_ptr<gpu::StagingBudget> stagingBudget_;

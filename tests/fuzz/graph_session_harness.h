@@ -251,6 +251,9 @@ class Tenant {
       op.setFlags(flags);
     });
   }
+  // The bytes of the last device-to-host copy answered (HostData or the reply's own bulk).
+  const std::vector<char>& lastData() const { return lastData_; }
+
   Answer synchronize(uint64_t stream) {
     return call([&](wire::Call::Builder c) { c.initStreamSynchronize().setStream(stream); });
   }

@@ -1,6 +1,7 @@
 // cuMemcpy2D's parameter block (client/api/memory.cc): a device-to-host copy fills WidthInBytes
-// of each row at the destination's (x, y) and pitch and nothing between the rows; CUDA arrays are
-// refused with NOT_SUPPORTED. The fake tallyd answers device-to-host bytes with 0xAB.
+// of each row at the destination's (x, y) and pitch and nothing between the rows; a side that
+// names no array of ours is refused before anything is sent (array copies: array_client_test.cc).
+// The fake tallyd answers device-to-host bytes with 0xAB.
 #include "fake_tallyd.h"
 
 #include <cuda.h>
@@ -38,14 +39,14 @@ TEST(DriverMemcpy2D, DeviceToHostLandsRowByRowAtTheOffset) {
   EXPECT_EQ(cuMemFree(device), CUDA_SUCCESS);
 }
 
-TEST(DriverMemcpy2D, ArraysAreNotForwarded) {
+TEST(DriverMemcpy2D, AnArraySideMustBeAnArray) {
   ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
   CUDA_MEMCPY2D p{};
   p.srcMemoryType = CU_MEMORYTYPE_ARRAY;
   p.dstMemoryType = CU_MEMORYTYPE_HOST;
   p.WidthInBytes = 4;
   p.Height = 1;
-  EXPECT_EQ(cuMemcpy2D(&p), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMemcpy2D(&p), CUDA_ERROR_INVALID_VALUE);  // a null array
   EXPECT_EQ(cuMemcpy2D(nullptr), CUDA_ERROR_INVALID_VALUE);
 }
 

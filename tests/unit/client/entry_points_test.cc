@@ -65,13 +65,13 @@ TEST_F(EntryPoints, ImplementedFunctionsAreFound) {
 TEST_F(EntryPoints, GeneratedStubsAreNotFound) {
   void* fn = &fn;
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-  EXPECT_EQ(cuGetProcAddress("cuArrayCreate", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+  EXPECT_EQ(cuGetProcAddress("cuMemAllocManaged", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status),
             CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   EXPECT_EQ(fn, nullptr);
   // The per-thread-default-stream twin of a stub is a stub too.
   fn = &fn;
-  EXPECT_EQ(cuGetProcAddress("cuMemcpy3DAsync", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+  EXPECT_EQ(cuGetProcAddress("cuMemcpy3DPeerAsync", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
                              &status),
             CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(fn, nullptr);
@@ -87,11 +87,11 @@ TEST_F(EntryPoints, RuntimeLookupsReportThroughStatus) {
   EXPECT_EQ(status, cudaDriverEntryPointSuccess);
   EXPECT_NE(fn, nullptr);
   fn = &fn;
-  EXPECT_EQ(cudaGetDriverEntryPoint("cuArrayCreate", &fn, cudaEnableDefault, &status), cudaSuccess);
+  EXPECT_EQ(cudaGetDriverEntryPoint("cuMemAllocManaged", &fn, cudaEnableDefault, &status), cudaSuccess);
   EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
   EXPECT_EQ(fn, nullptr);
   fn = &fn;
-  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuArrayCreate", &fn, CUDART_VERSION, cudaEnableDefault, &status),
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuMemAllocManaged", &fn, CUDART_VERSION, cudaEnableDefault, &status),
             cudaSuccess);
   EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
   EXPECT_EQ(fn, nullptr);

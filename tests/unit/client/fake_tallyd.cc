@@ -8,6 +8,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <cuda.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -27,22 +28,81 @@ std::vector<char> framed(capnp::MessageBuilder& message, size_t bulkBytes = 0, c
   return out;
 }
 
-std::vector<char> welcome() {
+}  // namespace
+
+std::vector<char> FakeTallyd::welcome() {
   capnp::MallocMessageBuilder message;
   auto w = message.initRoot<wire::ServerMessage>().initWelcome();
   w.setAccepted(true);
   w.setProtocolVersion(wire::PROTOCOL_VERSION);
   w.setTenantId(1);
   w.setDriverVersion(13000);
-  auto device = w.initDevices(1)[0];
-  device.setName("fake GPU");
-  device.setMajor(9);
-  device.setTotalMem(1u << 30);
-  device.setStreamPriorityGreatest(-5);
+  w.setSharedHostMemory(sharedHostMemory_.load());
+  auto devices = w.initDevices(deviceCount_.load());
+  for (unsigned i = 0; i < devices.size(); ++i) {
+    auto device = devices[i];
+    device.setOrdinal(i);
+    device.setName(i == 0 ? "fake GPU" : "fake GPU " + std::to_string(i));
+    device.setMajor(9);
+    device.setTotalMem((1u << 30) * (i + 1));
+    device.setStreamPriorityGreatest(-5);
+    std::string uuid(16, static_cast<char>(0x11 * (i + 1)));
+    device.setUuid(kj::arrayPtr(reinterpret_cast<const kj::byte*>(uuid.data()), uuid.size()));
+  }
   return framed(message);
 }
 
-}  // namespace
+std::vector<FakeTallyd::HostMapping> FakeTallyd::hostMappings() {
+  std::lock_guard lock(stateMutex_);
+  return hostMappings_;
+}
+
+std::pair<bool, std::vector<std::string>> FakeTallyd::helloDevices() {
+  std::lock_guard lock(stateMutex_);
+  return {helloRestricts_, helloEntries_};
+}
+
+uint32_t FakeTallyd::lastAllocDevice() {
+  std::lock_guard lock(stateMutex_);
+  return lastAllocDevice_;
+}
+
+void FakeTallyd::hostMemoryCall(wire::Call::Reader call, wire::Reply::Builder reply) {
+  std::lock_guard lock(stateMutex_);
+  if (call.isHostRegister()) {
+    int fd = reader_->takeFd();
+    auto args = call.getHostRegister();
+    void* local = fd < 0 ? MAP_FAILED : ::mmap(nullptr, args.getSize(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0) ::close(fd);
+    if (local == MAP_FAILED) {
+      reply.setStatus(CUDA_ERROR_INVALID_VALUE);
+      return;
+    }
+    hostMappings_.push_back({args.getClientAddress(), args.getSize(), static_cast<char*>(local)});
+    reply.setValue(kFakeHostDeviceBase + (args.getClientAddress() & 0xffffffffull));
+    return;
+  }
+  if (call.isHostUnregister()) {
+    auto it = std::find_if(hostMappings_.begin(), hostMappings_.end(), [&](const HostMapping& m) {
+      return m.clientAddress == call.getHostUnregister().getClientAddress();
+    });
+    if (it == hostMappings_.end()) {
+      reply.setStatus(CUDA_ERROR_INVALID_VALUE);
+      return;
+    }
+    ::munmap(it->local, it->size);
+    hostMappings_.erase(it);
+    return;
+  }
+  // A device-to-host copy into shared memory: the "DMA" writes 0xAB into the mapping.
+  auto copy = call.getMemcpy();
+  for (const HostMapping& m : hostMappings_) {
+    uint64_t bytes = copy.getWidth() * std::max<uint64_t>(copy.getHeight(), 1);
+    if (copy.getDst() >= m.clientAddress && copy.getDst() + bytes <= m.clientAddress + m.size) {
+      std::memset(m.local + (copy.getDst() - m.clientAddress), 0xAB, bytes);
+    }
+  }
+}
 
 class FrameView {
  public:
@@ -124,6 +184,7 @@ void answerLink(wire::Call::Reader call, wire::Reply::Builder reply) {
 void FakeTallyd::record(wire::Call::Reader call) {
   std::lock_guard lock(stateMutex_);
   ++callsByKind_[call.which()];
+  if (call.isMemAlloc()) lastAllocDevice_ = call.getMemAlloc().getDevice();
   if (call.isHostFunc()) hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
   if (call.isLinkCreate()) lastLinkCreate_ = linkCreated(call.getLinkCreate());
   if (call.isStreamMemOps()) {
@@ -153,6 +214,7 @@ void FakeTallyd::serve() {
   clientFd_ = ::accept(listenFd_, nullptr, nullptr);
   if (clientFd_ < 0) return;
   frame::StreamReader reader(clientFd_);
+  reader_ = &reader;
   frame::FrameLimits limits;
   FrameView view;
   for (;;) {
@@ -166,6 +228,11 @@ void FakeTallyd::serve() {
 bool FakeTallyd::handleFrame(FrameView& view) {
   auto root = view.frame.message().getRoot<wire::ClientMessage>();
   if (root.isHello()) {
+    {
+      std::lock_guard lock(stateMutex_);
+      helloRestricts_ = root.getHello().getRestrictDevices();
+      for (auto e : root.getHello().getVisibleDevices()) helloEntries_.emplace_back(e.cStr());
+    }
     write(welcome());
     return true;
   }
@@ -175,12 +242,16 @@ bool FakeTallyd::handleFrame(FrameView& view) {
   for (auto call : root.getCalls()) {
     record(call);
     ++calls_;
-    if (call.getId() == 0) continue;
     capnp::MallocMessageBuilder message;
     auto reply = message.initRoot<wire::ServerMessage>().initReply();
     reply.setId(call.getId());
+    bool sharedCopy = call.isMemcpy() && call.getMemcpy().getHostShared();
+    if (call.isHostRegister() || call.isHostUnregister() || sharedCopy) hostMemoryCall(call, reply);
+    if (call.getId() == 0) continue;
     size_t bulk = 0;
-    if (call.isMemAlloc()) reply.setValue(nextAddress_.fetch_add(1u << 20));
+    if (call.isMemAlloc() || (call.isMemPool() && call.getMemPool().isAllocAsync())) {
+      reply.setValue(nextAddress_.fetch_add(1u << 20));
+    }
     if (call.isGraphAddNode() || call.isGraphAddKernelNode() || call.isGraphAddMemcpyNode()) {
       reply.setValue(++nextGraphNode_);  // the node's id in its graph (never reused here)
     }
@@ -189,7 +260,16 @@ bool FakeTallyd::handleFrame(FrameView& view) {
       uint64_t n = ++libraryRoundTrips_;
       reply.setLibraryOut(kj::arrayPtr(reinterpret_cast<const kj::byte*>(&n), sizeof n));
     }
-    if (call.isMemcpy() && call.getMemcpy().getKind() == wire::CopyKind::DEVICE_TO_HOST) {
+    if (call.isTextureCreate() || call.isSurfaceCreate()) {
+      static std::atomic<uint64_t> nextObject{0x100};
+      reply.setValue(++nextObject);  // the driver's object value
+    }
+    if (call.isArrayCopy() && call.getArrayCopy().getDst().isHost()) {
+      auto copy = call.getArrayCopy();
+      reply.setDataToken(copy.getToken());
+      bulk = copy.getWidthInBytes() * std::max<uint64_t>(copy.getHeight(), 1) * std::max<uint64_t>(copy.getDepth(), 1);
+    }
+    if (call.isMemcpy() && call.getMemcpy().getKind() == wire::CopyKind::DEVICE_TO_HOST && !sharedCopy) {
       reply.setDataToken(call.getMemcpy().getToken());
       bulk = call.getMemcpy().getWidth() * std::max<uint64_t>(call.getMemcpy().getHeight(), 1);
     }

@@ -1,6 +1,7 @@
 // A tallyd stand-in for client tests without a GPU: one client on a Unix socket, a Welcome for
-// one fake device, a Reply (status 0) to every call that wants one; device-to-host copies get
-// their bytes (all 0xAB) as Reply bulk, library calls 8 output bytes counting the library
+// one fake device (or more: offerDevices), a Reply (status 0) to every call that wants one; device-to-host copies get
+// their bytes (all 0xAB) as Reply bulk (array copies to the host too), texture and surface objects
+// values from 0x101 on, library calls 8 output bytes counting the library
 // round trips so far (1, 2, ...: no two answers alike); graph nodes added get fresh ids; JIT link
 // calls wall time 1.5 ms and the logs as the driver writes them: none at LinkCreate, kFakeErrorLog
 // (and CUDA_ERROR_INVALID_PTX) for an input named kFakeBrokenInput, kFakeInfoLog and
@@ -18,6 +19,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace tally::frame {
+class StreamReader;
+}
 
 namespace tally::testing {
 
@@ -57,11 +62,32 @@ class FakeTallyd {
   // Sends HostFuncReady naming `callback` on `stream`.
   void sendHostFuncReady(uint64_t stream, uint64_t callback);
 
+  // Before the client connects: the Welcome offers `count` devices (uuids 0x11.., 0x22.., ...)
+  // and, when `shared`, maps client memfds (hostRegister: the descriptor is mapped here and
+  // answered with a device address kFakeHostDeviceBase + its offset; device-to-host copies into
+  // such memory write their 0xAB bytes into the mapping instead of sending them).
+  void offerDevices(unsigned count) { deviceCount_ = count; }
+  void offerSharedHostMemory(bool shared) { sharedHostMemory_ = shared; }
+  static constexpr uint64_t kFakeHostDeviceBase = 0x7e0000000000;
+  struct HostMapping {
+    uint64_t clientAddress = 0;
+    size_t size = 0;
+    char* local = nullptr;  // the fake's own mapping of the client's memfd
+  };
+  std::vector<HostMapping> hostMappings();
+  // The last Hello: whether CUDA_VISIBLE_DEVICES was set, and its entries.
+  std::pair<bool, std::vector<std::string>> helloDevices();
+  // The device of the last memAlloc call.
+  uint32_t lastAllocDevice();
+
  private:
   void serve();
   bool handleFrame(class FrameView& frame);
   void record(wire::Call::Reader call);
   void write(const std::vector<char>& bytes);
+  std::vector<char> welcome();
+  // hostRegister/hostUnregister (with the client's descriptor) and copies into mapped memory.
+  void hostMemoryCall(wire::Call::Reader call, wire::Reply::Builder reply);
 
   std::string path_;
   int listenFd_ = -1;
@@ -77,6 +103,13 @@ class FakeTallyd {
   std::atomic<uint64_t> libraryRoundTrips_{0};
   std::atomic<uint64_t> nextAddress_{0x7f0000100000};
   std::atomic<uint32_t> nextGraphNode_{0};
+  std::atomic<unsigned> deviceCount_{1};
+  std::atomic<bool> sharedHostMemory_{false};
+  frame::StreamReader* reader_ = nullptr;
+  std::vector<HostMapping> hostMappings_;
+  bool helloRestricts_ = false;
+  std::vector<std::string> helloEntries_;
+  uint32_t lastAllocDevice_ = 0;
   std::thread thread_;
 };
 
