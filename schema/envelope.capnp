@@ -50,6 +50,7 @@ struct Welcome {
   driverVersion @4 :Int32;
   devices @5 :List(Device.DeviceInfo);
   sharedHostMemory @6 :Bool;      # server maps client pinned memory passed as memfd (UDS only)
+  refusalStatus @7 :Int32;        # accepted = false: the CUresult the client reports (0: no device)
 }
 
 struct Call {

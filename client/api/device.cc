@@ -74,7 +74,7 @@ CUresult streamPriorityRange(int* least, int* greatest) {
 TALLY_API cudaError_t cudaGetDeviceCount(int* count) {
   return guardRuntime(__func__, [&] {
     if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    *count = 0;
+    // Natively the count is left as it was when the runtime cannot start.
     if (CUresult r = ClientRuntime::get().ready(); r != CUDA_SUCCESS) return r;
     *count = ClientRuntime::get().deviceCount();
     return CUDA_SUCCESS;

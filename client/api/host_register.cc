@@ -106,7 +106,12 @@ CUresult unregisterHost(void* ptr) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard lock(registrationMutex());
   auto found = registrationAt(ptr);
-  if (!found) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  if (!found) {
+    // Measured on the H200 (driver 580): inside a registration but not its start is an invalid
+    // value; outside every registration, not registered.
+    auto inside = rt().findHostRegion(ptr);
+    return inside && inside->second.registered ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  }
   auto [key, region] = *found;
   if (!region.shared) {
     rt().removeHostRegion(reinterpret_cast<void*>(key));

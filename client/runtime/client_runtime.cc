@@ -95,10 +95,12 @@ void ClientRuntime::connect() {
   }
   auto priority = envOr("TALLY_PRIORITY", "best-effort") == "high" ? wire::PriorityClass::HIGH_PRIORITY
                                                                    : wire::PriorityClass::BEST_EFFORT;
-  connection_ = Connection::open(*endpoint, envOr("TALLY_TENANT", defaultTenantName().c_str()), priority, error);
+  CUresult refusal = CUDA_SUCCESS;
+  connection_ =
+      Connection::open(*endpoint, envOr("TALLY_TENANT", defaultTenantName().c_str()), priority, error, &refusal);
   if (!connection_) {
     spdlog::error("tally: {}", error);
-    connectStatus_ = CUDA_ERROR_NO_DEVICE;
+    connectStatus_ = refusal != CUDA_SUCCESS ? refusal : CUDA_ERROR_NO_DEVICE;
     return;
   }
   auto welcome = connection_->welcome();

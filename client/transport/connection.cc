@@ -79,7 +79,7 @@ int Connection::startTls(const address::Endpoint& endpoint, int fd, std::string&
 }
 
 std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, const std::string& tenantName,
-                                             wire::PriorityClass priority, std::string& error) {
+                                             wire::PriorityClass priority, std::string& error, CUresult* refusal) {
   // tallyd may be starting: retry refused/absent sockets for a few seconds, then give up.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   int fd = -1;
@@ -100,7 +100,10 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
     if (fd < 0) return nullptr;
   }
   std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString()));
-  if (!c->handshake(tenantName, priority, error)) return nullptr;
+  if (!c->handshake(tenantName, priority, error)) {
+    if (refusal != nullptr) *refusal = c->refusalStatus_;
+    return nullptr;
+  }
   if (const char* spin = std::getenv("TALLY_SPIN_US"); spin != nullptr && *spin != '\0') {
     c->configuredWaitSpin_ = static_cast<int64_t>(std::strtoul(spin, nullptr, 10));
     c->setBlockingWaits(false);
@@ -164,6 +167,7 @@ bool Connection::handshake(const std::string& tenantName, wire::PriorityClass pr
   auto welcome = root.getWelcome();
   tenantId_ = welcome.getTenantId();
   if (!welcome.getAccepted()) {
+    refusalStatus_ = static_cast<CUresult>(welcome.getRefusalStatus());
     error = "tallyd at " + endpointText_ + " refused the connection: " + std::string(welcome.getError().cStr());
     return false;
   }

@@ -49,8 +49,9 @@ struct HostFuncNotice {
 class Connection {
  public:
   // Connects and performs the handshake. On failure `error` says why, naming the address.
+  // `refusal` (if given) gets the status tallyd asked a refused client to report (0: none).
   static std::unique_ptr<Connection> open(const address::Endpoint& endpoint, const std::string& tenantName,
-                                          wire::PriorityClass priority, std::string& error);
+                                          wire::PriorityClass priority, std::string& error, CUresult* refusal = nullptr);
   ~Connection();
 
   const wire::Welcome::Reader welcome();
@@ -157,6 +158,7 @@ class Connection {
   std::atomic<uint64_t> roundTrips_{0};
   std::atomic<uint64_t> bytesSent_{0};
   uint64_t tenantId_ = 0;  // tallyd's id of this connection (Welcome), for the call trace
+  CUresult refusalStatus_ = CUDA_SUCCESS;  // a refused handshake: what tallyd asked us to report
   std::atomic<bool> broken_{false};
   std::atomic<int> lostStatus_{CUDA_ERROR_DEVICE_UNAVAILABLE};
   std::mutex pendingMutex_;

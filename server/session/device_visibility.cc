@@ -55,11 +55,17 @@ std::optional<size_t> resolve(const std::string& entry, const std::vector<std::s
 
 }  // namespace
 
-std::vector<size_t> visibleDevices(const std::vector<std::string>& entries, const std::vector<std::string>& uuids) {
+std::vector<size_t> visibleDevices(const std::vector<std::string>& entries, const std::vector<std::string>& uuids,
+                                   bool* repeated) {
   std::vector<size_t> out;
+  if (repeated != nullptr) *repeated = false;
   for (const std::string& raw : entries) {
     std::optional<size_t> gpu = resolve(trimmed(raw), uuids);
-    if (!gpu || std::find(out.begin(), out.end(), *gpu) != out.end()) break;
+    if (!gpu) break;
+    if (std::find(out.begin(), out.end(), *gpu) != out.end()) {
+      if (repeated != nullptr) *repeated = true;
+      break;
+    }
     out.push_back(*gpu);
   }
   return out;

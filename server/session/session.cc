@@ -40,17 +40,18 @@ void Session::join() {
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
-void buildRefusal(capnp::MessageBuilder& message, const std::string& why) {
+void buildRefusal(capnp::MessageBuilder& message, const std::string& why, CUresult status) {
   auto welcome = message.initRoot<wire::ServerMessage>().initWelcome();
   welcome.setAccepted(false);
   welcome.setError(why);
+  welcome.setRefusalStatus(status);
   welcome.setProtocolVersion(wire::PROTOCOL_VERSION);
 }
 
-void Session::refuse(const std::string& why, const std::string& detail) {
+void Session::refuse(const std::string& why, const std::string& detail, CUresult status) {
   spdlog::warn("refused {}: {}{}", peer_.description, why, detail);
   capnp::MallocMessageBuilder message;
-  buildRefusal(message, why);
+  buildRefusal(message, why, status);
   outbox_->send(message);
 }
 
@@ -155,13 +156,14 @@ bool Session::handshake(frame::StreamReader& reader) {
   }
 }
 
-std::vector<gpu::Gpu*> Session::gpusFor(wire::Hello::Reader hello) const {
+std::vector<gpu::Gpu*> Session::gpusFor(wire::Hello::Reader hello, bool& repeated) const {
+  repeated = false;
   if (!hello.getRestrictDevices()) return services_.gpus;
   std::vector<std::string> entries, uuids;
   for (auto e : hello.getVisibleDevices()) entries.emplace_back(e.cStr());
   for (gpu::Gpu* g : services_.gpus) uuids.push_back(g->description().uuid);
   std::vector<gpu::Gpu*> out;
-  for (size_t i : visibleDevices(entries, uuids)) out.push_back(services_.gpus[i]);
+  for (size_t i : visibleDevices(entries, uuids, &repeated)) out.push_back(services_.gpus[i]);
   return out;
 }
 
@@ -196,7 +198,13 @@ bool Session::greet(frame::IncomingFrame& frame) {
     refuse("no GPU is visible to tallyd", fmt::format(" (tenant {})", admission->name));
     return false;
   }
-  std::vector<gpu::Gpu*> gpus = gpusFor(hello);
+  bool repeated = false;
+  std::vector<gpu::Gpu*> gpus = gpusFor(hello, repeated);
+  if (repeated) {
+    refuse("CUDA_VISIBLE_DEVICES names a GPU twice", fmt::format(" (tenant {})", admission->name),
+           CUDA_ERROR_INVALID_DEVICE);
+    return false;
+  }
   if (gpus.empty()) {
     refuse("CUDA_VISIBLE_DEVICES selects none of tallyd's GPUs", fmt::format(" (tenant {})", admission->name));
     return false;

@@ -24,7 +24,7 @@ struct PeerInfo {
 
 // Fills `message` with the Welcome that refuses a peer, saying why: sent by the handshake, and
 // by tallyd alone to a connection it starts no session for (max_connections).
-void buildRefusal(capnp::MessageBuilder& message, const std::string& why);
+void buildRefusal(capnp::MessageBuilder& message, const std::string& why, CUresult status = CUDA_SUCCESS);
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -65,7 +65,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool handshake(frame::StreamReader& reader);
   bool greet(frame::IncomingFrame& frame);
   // tallyd's GPUs this client's CUDA_VISIBLE_DEVICES selects, in its order.
-  std::vector<gpu::Gpu*> gpusFor(wire::Hello::Reader hello) const;
+  // The GPUs the tenant's CUDA_VISIBLE_DEVICES selects; `repeated`: it named one twice (invalid).
+  std::vector<gpu::Gpu*> gpusFor(wire::Hello::Reader hello, bool& repeated) const;
   // Authentication, then the priority rule; refuses the peer (and returns nullopt) if either fails.
   std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);
@@ -75,7 +76,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Registers the connection with services_.hangups (0: none).
   uint64_t watchForHangup();
   // Sends Welcome{accepted=false, error=why} and logs the peer, why and `detail`.
-  void refuse(const std::string& why, const std::string& detail = {});
+  // Refuses the handshake; the client reports `status` (CUDA_ERROR_NO_DEVICE when 0).
+  void refuse(const std::string& why, const std::string& detail = {}, CUresult status = CUDA_SUCCESS);
 
   int fd_;
   PeerInfo peer_;

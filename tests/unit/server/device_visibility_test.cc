@@ -32,7 +32,11 @@ TEST(DeviceVisibility, UuidPrefixesMatchWhenUnique) {
 
 TEST(DeviceVisibility, TheListEndsAtTheFirstEntryThatNamesNoNewGpu) {
   EXPECT_EQ(visibleDevices({"0", "7", "1"}, kUuids), (std::vector<size_t>{0}));
-  EXPECT_EQ(visibleDevices({"1", "1", "2"}, kUuids), (std::vector<size_t>{1}));
+  bool repeated = true;
+  EXPECT_EQ(visibleDevices({"0", "7", "0"}, kUuids, &repeated), (std::vector<size_t>{0}));
+  EXPECT_FALSE(repeated);  // the list ended before the second "0"
+  visibleDevices({"1", "2", "GPU-ab02"}, kUuids, &repeated);
+  EXPECT_TRUE(repeated);  // natively the whole variable is then invalid (cudaErrorInvalidDevice)
   EXPECT_EQ(visibleDevices({"2", "MIG-abc"}, kUuids), (std::vector<size_t>{2}));
   EXPECT_TRUE(visibleDevices({""}, kUuids).empty());  // CUDA_VISIBLE_DEVICES="": no GPU
   EXPECT_TRUE(visibleDevices({"-1"}, kUuids).empty());
