@@ -110,7 +110,10 @@ CUresult unregisterHost(void* ptr) {
     // Measured on the H200 (driver 580): inside a registration but not its start is an invalid
     // value; outside every registration, not registered.
     auto inside = rt().findHostRegion(ptr);
-    return inside && inside->second.registered ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    auto p = reinterpret_cast<uintptr_t>(ptr);
+    bool within = inside && inside->second.registered && p >= inside->second.userBase &&
+                  p - inside->second.userBase < inside->second.userSize;
+    return within ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
   }
   auto [key, region] = *found;
   if (!region.shared) {

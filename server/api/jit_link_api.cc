@@ -41,10 +41,20 @@ void appendLog(session::LinkState& link, std::vector<char>& buffer, uint32_t byt
 
 std::string logText(const std::vector<char>& buffer) { return {buffer.data(), strnlen(buffer.data(), buffer.size())}; }
 
-void fillResult(wire::LinkResult::Builder out, const session::LinkState* link) {
+// Adds what the driver wrote into `buffer` since it was last looked at to `shown`.
+const std::string& accumulate(const std::vector<char>& buffer, std::string& seen, std::string& shown) {
+  std::string now = logText(buffer);
+  if (now != seen) {
+    shown += now.rfind(seen, 0) == 0 ? now.substr(seen.size()) : now;  // appended to, or started over
+    seen = std::move(now);
+  }
+  return shown;
+}
+
+void fillResult(wire::LinkResult::Builder out, session::LinkState* link) {
   if (link == nullptr) return;
-  out.setInfoLog(logText(link->infoLog));
-  out.setErrorLog(logText(link->errorLog));
+  out.setInfoLog(accumulate(link->infoLog, link->infoSeen, link->infoShown));
+  out.setErrorLog(accumulate(link->errorLog, link->errorSeen, link->errorShown));
   if (link->wallTimeSlot >= 0) {
     float ms = 0;
     std::memcpy(&ms, &link->values[link->wallTimeSlot], sizeof ms);  // the driver overwrites the value itself

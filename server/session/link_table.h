@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct LinkState {
   std::vector<void*> values;
   std::vector<char> infoLog;
   std::vector<char> errorLog;
+  // What the tenant has been shown of each log, and the driver buffer's text it was built from:
+  // the driver starts its buffer over at cuLinkComplete (compile lines gone), the application's
+  // buffer natively keeps both, so the text accumulates here (measured on the H200, driver 580).
+  std::string infoShown, infoSeen, errorShown, errorSeen;
   int wallTimeSlot = -1;  // index into values the driver writes the wall time to; -1: not asked
 };
 
