@@ -26,8 +26,8 @@ struct LinkState {
   std::vector<char> infoLog;
   std::vector<char> errorLog;
   // What the tenant has been shown of each log, and the driver buffer's text it was built from:
-  // the driver starts its buffer over at cuLinkComplete (compile lines gone), the application's
-  // buffer natively keeps both, so the text accumulates here (measured on the H200, driver 580).
+  // should the driver start its buffer over at a later step, the application still sees the
+  // earlier lines, as its own buffer would keep them natively.
   std::string infoShown, infoSeen, errorShown, errorSeen;
   int wallTimeSlot = -1;  // index into values the driver writes the wall time to; -1: not asked
 };

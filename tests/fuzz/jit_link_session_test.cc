@@ -45,7 +45,7 @@ TEST(JitLinkSession, InputsAreLinkedAndTheImageAndLogComeBack) {
   Answer done = complete(t, 7);
   ASSERT_EQ(done.status, CUDA_SUCCESS);
   EXPECT_EQ(done.linkImage, "first;second");
-  // The driver starts its buffer over at each step; the tenant sees the whole log, as natively.
+  // The fake driver starts its buffer over at each step; the tenant still sees the whole log.
   EXPECT_EQ(done.linkInfoLog, "6 bytes compiled;12 bytes compiled;fake link: 12 bytes");
   t.post([](wire::Call::Builder c) { c.initLinkDestroy().setLink(7); });
   EXPECT_EQ(complete(t, 7).status, CUDA_ERROR_INVALID_HANDLE);

@@ -72,9 +72,12 @@ bool linkAndRun() {
   void* cubin = nullptr;
   size_t size = 0;
   CU_CHECK(cuLinkComplete(link, &cubin, &size));
-  std::printf("link complete: image %s, info log %zu bytes\n", size > 0 ? "non-empty" : "empty",
-              std::strlen(logs.info));
-  std::fprintf(stderr, "info log:\n%s\n", logs.info);  // not compared: for diagnosing a difference
+  // The log's length depends on the driver's JIT cache (a cached PTX compile writes no ptxas
+  // lines: measured on the H200, native run first, then tallyd's hit), so only its content is
+  // compared; the whole log goes to stderr.
+  std::printf("link complete: image %s, info log names scale_add: %s\n", size > 0 ? "non-empty" : "empty",
+              std::strstr(logs.info, "scale_add") != nullptr ? "yes" : "no");
+  std::fprintf(stderr, "info log (%zu bytes):\n%s\n", std::strlen(logs.info), logs.info);
   CUmodule module = nullptr;
   CU_CHECK(cuModuleLoadData(&module, cubin));  // the image stays the link's until cuLinkDestroy
   bool ok = launchScaleAdd(module);

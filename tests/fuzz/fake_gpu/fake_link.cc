@@ -49,7 +49,8 @@ CUresult CUDAAPI cuLinkAddData_v2(CUlinkState state, CUjitInputType, void* data,
     return CUDA_ERROR_INVALID_PTX;
   }
   link->image.append(static_cast<const char*>(data), size);
-  // As the real driver: each input's compile lines, then cuLinkComplete starts the buffer over.
+  // Each input's compile lines, then cuLinkComplete starts the buffer over (the case tallyd's
+  // accumulation of the logs covers).
   writeLog(link->infoLog, link->infoLogBytes, std::to_string(link->image.size()) + " bytes compiled;");
   return CUDA_SUCCESS;
 }
