@@ -3,6 +3,8 @@
 #include "common/stream/stream_mem_ops.h"
 #include "server/api/call_context.h"
 #include "server/gpu/cuda_check.h"
+#include "server/gpu/gpu.h"
+#include "server/gpu/mem_op_kernels.h"
 
 #include <spdlog/spdlog.h>
 
@@ -214,6 +216,39 @@ CUresult enqueueMemOps(CUstream stream, std::vector<CUstreamBatchMemOpParams>& o
   return cuStreamBatchMemOp(stream, static_cast<unsigned>(ops.size()), ops.data(), 0);
 }
 
+// One operation on a pooled word, through the stand-in kernels (server/gpu/mem_op_kernels.h);
+// anything else through the driver.
+CUresult enqueueOneMemOp(const gpu::MemOpKernels& kernels, CUstream stream, CUstreamBatchMemOpParams& p) {
+  switch (p.operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32: case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+      if (gpu::isPoolMemory(p.waitValue.address)) {
+        return kernels.wait(stream, p.waitValue.address, p.waitValue.value64,
+                            p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? 32 : 64, p.waitValue.flags);
+      }
+      break;
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32: case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+      if (gpu::isPoolMemory(p.writeValue.address)) {
+        return kernels.write(stream, p.writeValue.address, p.writeValue.value64,
+                             p.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? 32 : 64);
+      }
+      break;
+    default: break;
+  }
+  std::vector<CUstreamBatchMemOpParams> one{p};
+  return enqueueMemOps(stream, one);
+}
+
+bool touchesPoolMemory(const std::vector<CUstreamBatchMemOpParams>& ops) {
+  for (const CUstreamBatchMemOpParams& p : ops) {
+    bool wait = p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 || p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    bool write = p.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 || p.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    if ((wait && gpu::isPoolMemory(p.waitValue.address)) || (write && gpu::isPoolMemory(p.writeValue.address))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Checked whole before anything is enqueued: a refused batch runs none of its operations.
 void streamMemOps(CallContext& ctx, wire::StreamMemOps::Reader args) {
   const session::Tenant& t = ctx.tenant();
@@ -231,7 +266,16 @@ void streamMemOps(CallContext& ctx, wire::StreamMemOps::Reader args) {
   }
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
-  CUresult r = enqueueMemOps(s->stream, params);
+  CUresult r = CUDA_SUCCESS;
+  if (const gpu::MemOpKernels* kernels = s->gpu->memOpKernels(); kernels != nullptr && touchesPoolMemory(params)) {
+    // The driver refuses pooled words, and tallyd's cudaMalloc is pooled: operation by operation,
+    // in order, the pooled ones as kernels.
+    for (CUstreamBatchMemOpParams& p : params) {
+      if ((r = enqueueOneMemOp(*kernels, s->stream, p)) != CUDA_SUCCESS) break;
+    }
+  } else {
+    r = enqueueMemOps(s->stream, params);
+  }
   if (r != CUDA_SUCCESS) {
     // One-way: the tenant sees only a deferred error at its next sync, so say which operation
     // the driver refused, why, and whether its word is pooled (stream-ordered) memory, which

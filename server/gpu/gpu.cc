@@ -109,6 +109,14 @@ Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)
     spdlog::error("GPU {}: {}; PTB kernels will not be preempted", description_.ordinal, error);
   }
   error.clear();
+  auto memOps = std::make_unique<MemOpKernels>();
+  if (memOps->load(error)) {
+    memOpKernels_ = std::move(memOps);
+  } else {
+    spdlog::warn("GPU {}: {}; stream memory operations on tenants' device memory will fail", description_.ordinal,
+                 error);
+  }
+  error.clear();
   memoryPool_ = MemoryPool::create(device_, error);
   if (!memoryPool_) {
     spdlog::warn("GPU {}: no memory pool ({}); every tenant allocation maps fresh memory", description_.ordinal, error);
@@ -131,6 +139,7 @@ Gpu::~Gpu() {
   modulePool_.reset();
   memoryPool_.reset();
   ptbHelpers_.reset();
+  memOpKernels_.reset();
   completions_.reset();
   staging_.reset();
   cuDevicePrimaryCtxRelease(device_);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "server/gpu/completion_queue.h"
+#include "server/gpu/mem_op_kernels.h"
 #include "server/gpu/memory_pool.h"
 #include "server/gpu/module_pool.h"
 #include "server/gpu/staging_pool.h"
@@ -55,6 +56,8 @@ class Gpu {
   // The PTB helper kernels (variant_launch.h) in this context, loaded at startup; nullptr if
   // they could not be loaded.
   const PtbHelpers* ptbHelpers() const { return ptbHelpers_.get(); }
+  // Kernels standing in for stream memory operations on pool memory (null if they did not load).
+  const MemOpKernels* memOpKernels() const { return memOpKernels_.get(); }
   CompletionQueue& completions() { return *completions_; }
   StagingPool& staging() { return *staging_; }
   ModulePool& modulePool() { return *modulePool_; }
@@ -80,6 +83,7 @@ class Gpu {
   std::unique_ptr<CompletionQueue> completions_;
   std::unique_ptr<StagingPool> staging_;
   std::unique_ptr<PtbHelpers> ptbHelpers_;
+  std::unique_ptr<MemOpKernels> memOpKernels_;
   std::unique_ptr<ModulePool> modulePool_;
   std::unique_ptr<MemoryPool> memoryPool_;
   std::mutex tenantsMutex_;
