@@ -9,6 +9,7 @@
 #include "client/entry/not_supported.h"
 
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 using namespace tally::client;
@@ -347,6 +348,19 @@ cudaResourceViewDesc viewToRuntime(const CUDA_RESOURCE_VIEW_DESC& in) {
   return out;
 }
 
+// One query of an object's descriptors: `describe` turns the record into what the caller asked for
+// (nullopt: the object has no such descriptor).
+template <typename Out, typename Describe>
+CUresult describeObject(Out* out, uint64_t object, bool surface, Describe describe) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ObjectRecord record;
+  if (CUresult r = findObject(object, surface, record); r != CUDA_SUCCESS) return r;
+  std::optional<Out> described = describe(record);
+  if (!described) return CUDA_ERROR_INVALID_VALUE;
+  *out = *described;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 // --- runtime ---------------------------------------------------------------------------------------
@@ -370,32 +384,26 @@ TALLY_API cudaError_t cudaDestroyTextureObject(cudaTextureObject_t object) {
 
 TALLY_API cudaError_t cudaGetTextureObjectResourceDesc(cudaResourceDesc* out, cudaTextureObject_t object) {
   return guardRuntime(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, false, record); r != CUDA_SUCCESS) return r;
-    *out = resourceToRuntime(record.resource);
-    return CUDA_SUCCESS;
+    return describeObject(out, object, false, [](const ObjectRecord& r) -> std::optional<cudaResourceDesc> {
+      return resourceToRuntime(r.resource);
+    });
   });
 }
 
 TALLY_API cudaError_t cudaGetTextureObjectTextureDesc(cudaTextureDesc* out, cudaTextureObject_t object) {
   return guardRuntime(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, false, record); r != CUDA_SUCCESS) return r;
-    *out = textureToRuntime(record.texture, formatOf(record.resource), channelsOf(record.resource));
-    return CUDA_SUCCESS;
+    return describeObject(out, object, false, [](const ObjectRecord& r) -> std::optional<cudaTextureDesc> {
+      return textureToRuntime(r.texture, formatOf(r.resource), channelsOf(r.resource));
+    });
   });
 }
 
 TALLY_API cudaError_t cudaGetTextureObjectResourceViewDesc(cudaResourceViewDesc* out, cudaTextureObject_t object) {
   return guardRuntime(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, false, record); r != CUDA_SUCCESS) return r;
-    if (!record.hasView) return CUDA_ERROR_INVALID_VALUE;
-    *out = viewToRuntime(record.view);
-    return CUDA_SUCCESS;
+    return describeObject(out, object, false, [](const ObjectRecord& r) -> std::optional<cudaResourceViewDesc> {
+      if (!r.hasView) return std::nullopt;
+      return viewToRuntime(r.view);
+    });
   });
 }
 
@@ -415,11 +423,9 @@ TALLY_API cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t object) {
 
 TALLY_API cudaError_t cudaGetSurfaceObjectResourceDesc(cudaResourceDesc* out, cudaSurfaceObject_t object) {
   return guardRuntime(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, true, record); r != CUDA_SUCCESS) return r;
-    *out = resourceToRuntime(record.resource);
-    return CUDA_SUCCESS;
+    return describeObject(out, object, true, [](const ObjectRecord& r) -> std::optional<cudaResourceDesc> {
+      return resourceToRuntime(r.resource);
+    });
   });
 }
 
@@ -440,32 +446,26 @@ TALLY_API CUresult cuTexObjectDestroy(CUtexObject object) {
 
 TALLY_API CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUtexObject object) {
   return guardDriver(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, false, record); r != CUDA_SUCCESS) return r;
-    *out = record.resource;
-    return CUDA_SUCCESS;
+    return describeObject(out, object, false, [](const ObjectRecord& r) -> std::optional<CUDA_RESOURCE_DESC> {
+      return r.resource;
+    });
   });
 }
 
 TALLY_API CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* out, CUtexObject object) {
   return guardDriver(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, false, record); r != CUDA_SUCCESS) return r;
-    *out = record.texture;
-    return CUDA_SUCCESS;
+    return describeObject(out, object, false, [](const ObjectRecord& r) -> std::optional<CUDA_TEXTURE_DESC> {
+      return r.texture;
+    });
   });
 }
 
 TALLY_API CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC* out, CUtexObject object) {
   return guardDriver(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, false, record); r != CUDA_SUCCESS) return r;
-    if (!record.hasView) return CUDA_ERROR_INVALID_VALUE;
-    *out = record.view;
-    return CUDA_SUCCESS;
+    return describeObject(out, object, false, [](const ObjectRecord& r) -> std::optional<CUDA_RESOURCE_VIEW_DESC> {
+      if (!r.hasView) return std::nullopt;
+      return r.view;
+    });
   });
 }
 
@@ -485,10 +485,8 @@ TALLY_API CUresult cuSurfObjectDestroy(CUsurfObject object) {
 
 TALLY_API CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUsurfObject object) {
   return guardDriver(__func__, [&] {
-    ObjectRecord record;
-    if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = findObject(object, true, record); r != CUDA_SUCCESS) return r;
-    *out = record.resource;
-    return CUDA_SUCCESS;
+    return describeObject(out, object, true, [](const ObjectRecord& r) -> std::optional<CUDA_RESOURCE_DESC> {
+      return r.resource;
+    });
   });
 }
