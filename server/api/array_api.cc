@@ -380,27 +380,8 @@ void toBulk(CallContext& ctx, gpu::Gpu& g, CUstream stream, const CUDA_MEMCPY3D&
     q.dstPitch = piece.rect.rowBytes;
     q.dstHeight = piece.rect.rows;
     if (CUresult r = cuMemcpy3DAsync(&q, stream); r != CUDA_SUCCESS) return ctx.finish(r);
-    CUresult r = CUDA_SUCCESS;
-    uint64_t offset = piece.packedOffset(e);
-    if (last && all.size() == 1 && !ctx.oneWay()) {
-      r = afterStream(ctx, g, stream, [reply = ctx.replyLaterWithData(), staging, token, bytes](CUresult status) {
-        std::vector<iovec> data;
-        if (status == CUDA_SUCCESS) data.push_back(iovec{staging->data(), bytes});
-        reply(status, std::move(data), status == CUDA_SUCCESS ? token : 0, staging);
-      });
-    } else {
-      auto reply = last ? ctx.replyLater() : nullptr;
-      r = afterStream(ctx, g, stream, [outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
-        if (status == CUDA_SUCCESS) {
-          capnp::MallocMessageBuilder message(64);
-          auto data = message.initRoot<wire::ServerMessage>().initHostData();
-          data.setToken(token);
-          data.setOffset(offset);
-          outbox->send(message, {iovec{staging->data(), bytes}}, staging);
-        }
-        if (reply) reply(status, {});
-      });
-    }
+    CUresult r = sendStagedPiece(ctx, g, stream, std::move(staging), token, piece.packedOffset(e), bytes, last,
+                                 last && all.size() == 1 && !ctx.oneWay());
     if (r != CUDA_SUCCESS) return ctx.finish(r);
   }
 }

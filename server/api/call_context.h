@@ -167,5 +167,10 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
 scheduler::OpaqueWork opaqueWork(CallContext& ctx, gpu::Gpu& g);
 // Replies once the work queued so far on `stream` has finished.
 void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive = {});
+// Sends one staged piece of a device-to-host copy once `stream` reaches it: `whole` (the only
+// piece of a call that is waited for) as the reply itself, else as HostData at `offset`, the
+// `last` piece followed by the reply.
+CUresult sendStagedPiece(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<gpu::StagingBuffer> staging,
+                         uint64_t token, uint64_t offset, size_t bytes, bool last, bool whole);
 
 }  // namespace tally::server::api

@@ -138,6 +138,28 @@ void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_p
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }
 
+CUresult sendStagedPiece(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<gpu::StagingBuffer> staging,
+                         uint64_t token, uint64_t offset, size_t bytes, bool last, bool whole) {
+  if (whole) {  // one frame, one write: the reply carries the bytes
+    return afterStream(ctx, g, stream, [reply = ctx.replyLaterWithData(), staging, token, bytes](CUresult status) {
+      std::vector<iovec> data;
+      if (status == CUDA_SUCCESS) data.push_back(iovec{staging->data(), bytes});
+      reply(status, std::move(data), status == CUDA_SUCCESS ? token : 0, staging);
+    });
+  }
+  auto reply = last ? ctx.replyLater() : nullptr;
+  return afterStream(ctx, g, stream, [outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
+    if (status == CUDA_SUCCESS) {
+      capnp::MallocMessageBuilder message(64);
+      auto data = message.initRoot<wire::ServerMessage>().initHostData();
+      data.setToken(token);
+      data.setOffset(offset);
+      outbox->send(message, {iovec{staging->data(), bytes}}, staging);
+    }
+    if (reply) reply(status, {});
+  });
+}
+
 scheduler::OpaqueWork opaqueWork(CallContext& ctx, gpu::Gpu& g) {
   scheduler::OpaqueWork w;
   w.tenant = ctx.tenant().id();

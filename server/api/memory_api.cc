@@ -179,25 +179,8 @@ CUresult deviceToHostChunk(CallContext& ctx, gpu::Gpu& g, session::StreamState& 
   CUresult r = p.Height == 1 ? cuMemcpyDtoHAsync(p.dstHost, p.srcDevice, p.WidthInBytes, s.stream)
                               : cuMemcpy2DAsync(&p, s.stream);
   if (r != CUDA_SUCCESS) return r;
-  if (last && offset == 0 && !ctx.oneWay()) {
-    // The whole copy in one piece, waited for: the reply carries the bytes (one frame, one write).
-    return afterStream(ctx, g, s.stream, [reply = ctx.replyLaterWithData(), staging, token, bytes](CUresult status) {
-      std::vector<iovec> data;
-      if (status == CUDA_SUCCESS) data.push_back(iovec{staging->data(), bytes});
-      reply(status, std::move(data), status == CUDA_SUCCESS ? token : 0, staging);
-    });
-  }
-  auto reply = last ? ctx.replyLater() : nullptr;
-  return afterStream(ctx, g, s.stream, [outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
-    if (status == CUDA_SUCCESS) {
-      capnp::MallocMessageBuilder message(64);
-      auto data = message.initRoot<wire::ServerMessage>().initHostData();
-      data.setToken(token);
-      data.setOffset(offset);
-      outbox->send(message, {iovec{staging->data(), bytes}}, staging);
-    }
-    if (reply) reply(status, {});
-  });
+  return sendStagedPiece(ctx, g, s.stream, std::move(staging), token, offset, bytes, last,
+                         last && offset == 0 && !ctx.oneWay());
 }
 
 // Device-to-host through staging, piece by piece (whole rows, or parts of a wide row), each
