@@ -98,7 +98,12 @@ session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
       s = nullptr;
     }
   }
-  if (s != nullptr) ctx.tenant().streams().orderBefore(*s);
+  if (s != nullptr) {
+    ctx.tenant().streams().orderBefore(*s);
+    if (scheduler::Policy* policy = ctx.services().policy; policy != nullptr) {
+      ctx.tenant().streams().place(*s, policy->placement(ctx.tenant().priority() == session::PriorityClass::kHigh, *s->gpu));
+    }
+  }
   ctx.setWorkStream(s);
   return s;
 }

@@ -134,8 +134,16 @@ CUresult Gpu::probe() const {
 
 int Gpu::multiprocessors() const { return description_.attributes[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]; }
 
+bool Gpu::partitionSms(SmPartitionSpec spec, std::string& error) {
+  makeCurrent();
+  partitions_ = SmPartitions::create(device_, spec, error);
+  if (!partitions_) error = "GPU " + std::to_string(ordinal()) + ": " + error;
+  return partitions_ != nullptr;
+}
+
 Gpu::~Gpu() {
   makeCurrent();
+  partitions_.reset();  // tenants' streams in them are gone by now
   modulePool_.reset();
   memoryPool_.reset();
   ptbHelpers_.reset();

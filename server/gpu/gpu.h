@@ -6,6 +6,7 @@
 #include "server/gpu/mem_op_kernels.h"
 #include "server/gpu/memory_pool.h"
 #include "server/gpu/module_pool.h"
+#include "server/gpu/sm_partitions.h"
 #include "server/gpu/staging_pool.h"
 #include "server/gpu/variant_launch.h"
 
@@ -63,6 +64,11 @@ class Gpu {
   ModulePool& modulePool() { return *modulePool_; }
   // Device memory for tenants; nullptr when the driver has no pools (then cuMemAlloc).
   MemoryPool* memoryPool() { return memoryPool_.get(); }
+  // Splits the SMs into an HP and a BE partition (the scheduler asks at startup, before any
+  // tenant); false with `error` when the driver cannot.
+  bool partitionSms(SmPartitionSpec spec, std::string& error);
+  // The partitions; nullptr when the SMs are not split (every stream then runs on all of them).
+  const SmPartitions* partitions() const { return partitions_.get(); }
   // Tenants using this GPU. When the last leaves, idle module instances are unloaded and the
   // memory pool trimmed: no kernel runs then, so neither waits for anyone.
   void tenantArrived();
@@ -86,6 +92,7 @@ class Gpu {
   std::unique_ptr<MemOpKernels> memOpKernels_;
   std::unique_ptr<ModulePool> modulePool_;
   std::unique_ptr<MemoryPool> memoryPool_;
+  std::unique_ptr<SmPartitions> partitions_;
   std::mutex tenantsMutex_;
   size_t tenants_ = 0;
   std::mutex limitMutex_;

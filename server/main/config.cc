@@ -250,7 +250,8 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "cache_dir",      "library_dir",       "trace_calls",       "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
                                                "priority_transforms", "priority_stream_priorities",
-                                               "priority_max_pause_us", "tls_cert", "tls_key", "tls_client_ca",
+                                               "priority_max_pause_us", "priority_sm_partition", "priority_partition_idle_ms",
+                                               "priority_partition_gate", "tls_cert", "tls_key", "tls_client_ca",
                                                "allow_plain_tcp", "metrics_listen", "handshake_timeout_ms",
                                                "max_connections", "allow_anonymous_high_priority",
                                                "kernel_timeout_s", "fault_quarantine_after", "fault_quarantine_window_s",
@@ -294,6 +295,16 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   sched.transforms = table["priority_transforms"].value_or(sched.transforms);
   sched.streamPriorities = table["priority_stream_priorities"].value_or(sched.streamPriorities);
   sched.maxPauseMicros = table["priority_max_pause_us"].value_or(sched.maxPauseMicros);
+  sched.partitionIdleMillis = table["priority_partition_idle_ms"].value_or(sched.partitionIdleMillis);
+  sched.partitionGate = table["priority_partition_gate"].value_or(sched.partitionGate);
+  if (auto spec = table["priority_sm_partition"].value<std::string>()) {
+    std::string why;
+    sched.smPartition = gpu::parseSmPartitionSpec(*spec, why);
+    if (!why.empty()) {
+      error = fmt::format("{}: priority_sm_partition: {}", path, why);
+      return false;
+    }
+  }
   if (sched.policy != "passthrough" && sched.policy != "priority") {
     error = fmt::format("{}: policy = \"{}\": expected \"passthrough\" or \"priority\"", path, sched.policy);
     return false;

@@ -28,6 +28,10 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_flag("--no-gate", f.noGate, "priority: do not hold best-effort kernels while HP runs (ablation)");
   app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (ablation)");
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
+  app.add_option("--sm-partition", f.smPartition,
+                 "priority: off, N or N:overlap — N SMs for HP while HP and best-effort tenants are both active");
+  app.add_option("--partition-idle-ms", f.partitionIdleMillis, "priority: a class idle this long ends the SM split, ms");
+  app.add_flag("--partition-gate", f.partitionGate, "priority: also gate and transform best-effort work while split (ablation)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -58,6 +62,15 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
   if (f.noGate) sched.gate = false;
   if (f.noTransforms) sched.transforms = false;
   if (f.noStreamPriorities) sched.streamPriorities = false;
+  if (f.smPartition) {
+    sched.smPartition = gpu::parseSmPartitionSpec(*f.smPartition, error);
+    if (!error.empty()) {
+      error = "--sm-partition: " + error;
+      return false;
+    }
+  }
+  if (f.partitionIdleMillis) sched.partitionIdleMillis = *f.partitionIdleMillis;
+  if (f.partitionGate) sched.partitionGate = true;
   sched.profilesPath = config.cacheDir + "/kernel-durations.tsv";
   return true;
 }

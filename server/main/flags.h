@@ -18,8 +18,9 @@ struct CommandLine {
   std::vector<std::string> listen;
   std::optional<std::string> admin, metricsListen;
   std::string logLevel, transform, cacheDir, libraryDir, traceCalls, policy, tlsCert, tlsKey, tlsClientCa;
-  std::optional<double> budgetMicros, idleWindowMicros;
-  bool noGate = false, noTransforms = false, noStreamPriorities = false;
+  std::optional<double> budgetMicros, idleWindowMicros, partitionIdleMillis;
+  std::optional<std::string> smPartition;
+  bool noGate = false, noTransforms = false, noStreamPriorities = false, partitionGate = false;
 };
 
 // Parses argv; nullopt to go on, or the exit status (--help, or a bad flag, already reported).

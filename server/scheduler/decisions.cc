@@ -30,6 +30,16 @@ bool HpActivity::observe(Nanos now, bool hpBusy) {
   return true;
 }
 
+bool PartitionSplit::noteWork(bool highPriority, Nanos now) {
+  (highPriority ? lastHp_ : lastBe_).store(now, std::memory_order_relaxed);
+  return split(now);
+}
+
+bool PartitionSplit::split(Nanos now) const {
+  return now - lastHp_.load(std::memory_order_relaxed) < idleWindow_ &&
+         now - lastBe_.load(std::memory_order_relaxed) < idleWindow_;
+}
+
 LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
   LaunchChoice c;
   bool learning = !f.originalMicros || f.launchesSeen < k.measureFirst;

@@ -3,7 +3,9 @@
 // best-effort kernel runs as, and what to do with a preempted PTB kernel.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -32,6 +34,25 @@ class HpActivity {
   bool open_ = true;
   Nanos idleSince_ = 0;
   bool idleSeen_ = false;
+};
+
+// Whether a GPU with SM partitions is split right now: while both HP and BE tenants have queued
+// work within `idleWindow`, HP works in its partition and BE in the rest, so that no BE block
+// occupies an SM HP needs; otherwise whoever is active gets every SM. Lock-free: asked by every
+// tenant thread before it queues work, the HP one included.
+class PartitionSplit {
+ public:
+  explicit PartitionSplit(Nanos idleWindow) : idleWindow_(idleWindow) {}
+  // A tenant of this class queues work at `now`: true if the GPU is split for it.
+  bool noteWork(bool highPriority, Nanos now);
+  // Without noting anything.
+  bool split(Nanos now) const;
+
+ private:
+  static constexpr Nanos kLongAgo = std::numeric_limits<Nanos>::min() / 2;
+  Nanos idleWindow_;
+  std::atomic<Nanos> lastHp_{kLongAgo};
+  std::atomic<Nanos> lastBe_{kLongAgo};
 };
 
 // What a BE kernel runs as.

@@ -30,6 +30,11 @@ struct SchedulerConfig {
   bool gate = true;                    // hold best-effort work while high-priority work runs
   bool transforms = true;              // run long best-effort kernels as PTB / sliced variants
   bool streamPriorities = true;        // HP streams at the highest CUDA priority, BE at the lowest
+  // SM partitions (gpu/sm_partitions.h): while HP and BE tenants are both active, HP works in
+  // its partition and BE in the SMs it leaves; otherwise everyone uses the whole GPU.
+  std::optional<gpu::SmPartitionSpec> smPartition;
+  double partitionIdleMillis = 200;   // a class idle this long no longer keeps the GPU split
+  bool partitionGate = false;         // also gate and transform BE work while split (ablation)
   std::string profilesPath;            // learned kernel durations; empty: not kept
 };
 
@@ -82,6 +87,12 @@ class Policy {
   // The CUDA stream priority every stream of a tenant of this class gets; nullopt: the one the
   // application asks for.
   virtual std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const = 0;
+  // Where a tenant of this class queues its next work on `g` (the whole GPU, or an SM
+  // partition when the GPU has them). Asked before every call that queues stream work.
+  virtual gpu::Placement placement(bool highPriority, gpu::Gpu& g) {
+    (void)highPriority, (void)g;
+    return gpu::Placement::kWholeGpu;
+  }
   // Enqueues (or arranges) a kernel launch (the original kernel via launchOriginal).
   virtual CUresult launch(const KernelLaunch& k) = 0;
   // Enqueues opaque work; by default at once. afterWork follows it, as for other stream work.

@@ -146,6 +146,14 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
     return false;
   }
   s->progressUsed.assign(kLanesPerGpu, false);
+  if (config_.smPartition) {
+    if (!g.partitionSms(*config_.smPartition, error)) return false;
+    s->split = std::make_unique<PartitionSplit>(static_cast<Nanos>(config_.partitionIdleMillis * 1e6));
+    const gpu::SmPartitions& p = *g.partitions();
+    spdlog::info("scheduler on GPU {}: SM partitions: HP {} SMs, BE {} of {} while both classes are active",
+                 g.ordinal(), p.smCount(gpu::Placement::kHpPartition), p.smCount(gpu::Placement::kBePartition),
+                 p.smCount(gpu::Placement::kWholeGpu));
+  }
   if (config_.transforms && g.ptbHelpers() == nullptr) {
     spdlog::warn("scheduler on GPU {}: no PTB helpers; best-effort kernels will not be preempted", g.ordinal());
   }
@@ -156,6 +164,19 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
 PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
   auto it = gpus_.find(&g);
   return it == gpus_.end() ? nullptr : it->second.get();
+}
+
+// gpus_ is filled by the constructor only, so reading it needs no lock: the HP thread asks here
+// before every call that queues work.
+gpu::Placement PriorityPolicy::placement(bool highPriority, gpu::Gpu& g) {
+  GpuState* s = stateFor(g);
+  if (s == nullptr || !s->split || !s->split->noteWork(highPriority, now())) return gpu::Placement::kWholeGpu;
+  return highPriority ? gpu::Placement::kHpPartition : gpu::Placement::kBePartition;
+}
+
+bool PriorityPolicy::beWorkIsolated(gpu::Gpu& g) {
+  GpuState* s = stateFor(g);
+  return s != nullptr && s->split && !config_.partitionGate && s->split->split(now());
 }
 
 void PriorityPolicy::closeGate(GpuState& s) {
@@ -300,6 +321,10 @@ KernelFacts PriorityPolicy::occupancyFacts(const KernelLaunch& k, const std::str
 
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
   std::vector<void*> params = parameterPointers(k);
+  if (beWorkIsolated(*k.gpu)) {
+    beIsolated_.fetch_add(1, std::memory_order_relaxed);
+    return launchOriginal(k, params.data());
+  }
   gpu::KernelParams kernelParams{params.data(), params.size()};
   std::string key = shapeKey(k);
   GpuState* s = nullptr;
@@ -393,6 +418,10 @@ CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
   }
   CUstream used = nullptr;
   if (lane == nullptr) return w.enqueue(used);
+  if (beWorkIsolated(*w.gpu)) {
+    beIsolated_.fetch_add(1, std::memory_order_relaxed);
+    return w.enqueue(used);
+  }
   waitTurn(*s, *lane, k, true);
   CUresult r = w.enqueue(used);
   if (used != nullptr) markInFlight(*lane, used);
@@ -495,14 +524,20 @@ void PriorityPolicy::forgetTenant(uint64_t tenant, std::vector<std::pair<gpu::Gp
 std::string PriorityPolicy::summary() const {
   std::lock_guard lock(mutex_);
   return "priority: " + std::to_string(beOriginal_) + " BE original, " + std::to_string(beSliced_) + " sliced, " +
-         std::to_string(bePtb_) + " PTB launches, " +
+         std::to_string(bePtb_) + " PTB launches, " + std::to_string(beIsolated_.load()) + " in the BE partition, " +
          std::to_string(gateCloses_) + " gate closes, " + std::to_string(measured_) + " timed, " +
          std::to_string(profiles_.size()) + " kernel shapes learned";
 }
 
 std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, const std::vector<gpu::Gpu*>& gpus,
                                    std::string& error) {
-  if (config.policy == "passthrough") return std::make_unique<PassthroughPolicy>();
+  if (config.policy == "passthrough") {
+    if (config.smPartition) {
+      error = "SM partitions (--sm-partition, priority_sm_partition) need the priority policy";
+      return nullptr;
+    }
+    return std::make_unique<PassthroughPolicy>();
+  }
   if (config.policy == "priority") {
     auto policy = std::make_unique<PriorityPolicy>(config, gpus, error);
     if (!error.empty()) return nullptr;

@@ -53,6 +53,7 @@ class PriorityPolicy final : public Policy {
 
   const char* name() const override { return "priority"; }
   std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const override;
+  gpu::Placement placement(bool highPriority, gpu::Gpu& g) override;
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override;
   void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override;
@@ -82,6 +83,7 @@ class PriorityPolicy final : public Policy {
     gpu::Gpu* gpu = nullptr;
     MappedWords words;
     HpActivity activity{0};
+    std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
     std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
     struct HpSlot {
       int word = -1;
@@ -97,6 +99,9 @@ class PriorityPolicy final : public Policy {
   };
 
   GpuState* stateFor(gpu::Gpu& g);  // nullptr for a GPU the policy was not set up for
+  // BE work on `g` runs in its own SM partition now and is neither gated nor transformed (that
+  // would cost BE throughput and buy HP nothing: no BE block is on HP's SMs).
+  bool beWorkIsolated(gpu::Gpu& g);
   bool setUp(gpu::Gpu& g, std::string& error);
   Lane* laneFor(GpuState& s, const KernelLaunch& k);
   void closeGate(GpuState& s);
@@ -124,6 +129,7 @@ class PriorityPolicy final : public Policy {
   std::atomic<bool> stopping_{false};
   // Counters for summary().
   uint64_t gateCloses_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
+  std::atomic<uint64_t> beIsolated_{0};  // BE launches and opaque work run in the BE partition
   std::thread monitor_;  // last: started once everything above is ready
 };
 

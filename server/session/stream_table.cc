@@ -63,6 +63,8 @@ CUresult StreamTable::createStream(uint32_t device, uint64_t id, bool nonBlockin
   // never the shared context's legacy stream, which other tenants use too.
   g->makeCurrent();
   if (CUresult r = cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) return r;
+  s->priority = priority;
+  s->placed[gpu::placementIndex(gpu::Placement::kWholeGpu)] = s->stream;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
   insertStream(std::move(s));
   return CUDA_SUCCESS;
@@ -76,7 +78,9 @@ StreamState* StreamTable::createLegacyDefault(uint32_t device) {
   s->gpu = g;
   s->legacyDefault = true;
   g->makeCurrent();
-  if (cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, bandPriority(*g, 0)) != CUDA_SUCCESS) return nullptr;
+  s->priority = bandPriority(*g, 0);
+  if (cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, s->priority) != CUDA_SUCCESS) return nullptr;
+  s->placed[gpu::placementIndex(gpu::Placement::kWholeGpu)] = s->stream;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
   StreamState* raw = s.get();
   insertStream(std::move(s));
@@ -126,6 +130,32 @@ void StreamTable::orderBefore(StreamState& s) {
   s.hasUnjoinedWork = true;
 }
 
+void StreamTable::place(StreamState& s, gpu::Placement p) {
+  const gpu::SmPartitions* partitions = s.gpu->partitions();
+  if (p == s.placement || partitions == nullptr || capturing(s)) return;
+  CUstream& target = s.placed[gpu::placementIndex(p)];
+  if (target == nullptr && partitions->createStream(p, s.priority, target) != CUDA_SUCCESS) {
+    target = nullptr;
+    return;
+  }
+  if (s.moveEvent == nullptr && cuEventCreate(&s.moveEvent, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+  if (cuEventRecord(s.moveEvent, s.stream) != CUDA_SUCCESS || cuStreamWaitEvent(target, s.moveEvent, 0) != CUDA_SUCCESS) {
+    return;
+  }
+  s.stream = target;
+  s.placement = p;
+}
+
+void StreamTable::destroyDriverStreams(StreamState& s) {
+  for (CUstream& placed : s.placed) {
+    if (placed != nullptr) cuStreamDestroy(placed);
+    placed = nullptr;
+  }
+  if (s.moveEvent != nullptr) cuEventDestroy(s.moveEvent);
+  cuEventDestroy(s.joinEvent);
+  if (s.variantSide != nullptr) cuStreamDestroy(s.variantSide);
+}
+
 // --- stream capture ----------------------------------------------------------------------
 
 bool StreamTable::capturing(CUstream stream) const {
@@ -168,10 +198,8 @@ CUresult StreamTable::destroyStream(uint64_t id) {
   s.gpu->makeCurrent();
   // Like cudaStreamDestroy: pending work still completes; the handle goes away now. A host
   // callback flag may still be awaited by that work, so it lives until the tenant ends.
-  cuStreamDestroy(s.stream);
-  cuEventDestroy(s.joinEvent);
+  destroyDriverStreams(s);
   if (s.hostFlag != nullptr) retiredHostFlags_.push_back(s.hostFlag);
-  if (s.variantSide != nullptr) cuStreamDestroy(s.variantSide);
   if (s.ptbControl != 0) retiredPtbControls_.emplace_back(s.gpu, s.ptbControl);
   streams_.erase(it);
   publish();
@@ -240,7 +268,10 @@ void StreamTable::observeIdleStreams(gpu::Gpu* g) {
   g->makeCurrent();
   std::vector<CUstream> streams;
   for (StreamState* s : streamsOf(g)) {
-    if (!capturing(*s)) streams.push_back(s->stream);
+    if (capturing(*s)) continue;
+    for (CUstream placed : s->placed) {  // frees queued before the stream moved are on the old one
+      if (placed != nullptr) streams.push_back(placed);
+    }
   }
   if (auto it = syncStreams_.find(g); it != syncStreams_.end()) streams.push_back(it->second);
   for (CUstream s : streams) {
@@ -318,10 +349,8 @@ void StreamTable::destroyPrivateStreams() {
 void StreamTable::destroyStreamsAndEvents() {
   for (auto& [id, s] : streams_) {
     s->gpu->makeCurrent();
-    cuStreamDestroy(s->stream);
-    cuEventDestroy(s->joinEvent);
+    destroyDriverStreams(*s);
     if (s->hostFlag != nullptr) cuMemFreeHost(s->hostFlag);
-    if (s->variantSide != nullptr) cuStreamDestroy(s->variantSide);
   }
   for (auto& [id, e] : events_) {
     e.gpu->makeCurrent();

@@ -7,11 +7,13 @@
 // unit-tested; everything else is the driver edge.
 #pragma once
 
+#include "server/gpu/sm_partitions.h"
 #include "server/session/count_limit.h"
 #include "server/session/ipc_registry.h"
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -33,7 +35,13 @@ inline constexpr uint64_t kFirstUserStream = 1u << 16;
 struct StreamState {
   uint64_t id = 0;
   gpu::Gpu* gpu = nullptr;
-  CUstream stream = nullptr;
+  CUstream stream = nullptr;        // where its next work goes: placed[placement]
+  int priority = 0;                 // CUDA priority, the same in every placement
+  // Its driver stream in each placement (whole GPU, SM partitions), created on first use; work
+  // moves between them in order (StreamTable::place).
+  gpu::Placement placement = gpu::Placement::kWholeGpu;
+  std::array<CUstream, gpu::kPlacements> placed{};
+  CUevent moveEvent = nullptr;
   bool blocking = true;             // synchronizes with the tenant's legacy default stream
   bool legacyDefault = false;
   bool hasUnjoinedWork = false;     // work the legacy default stream has not waited for yet
@@ -83,6 +91,11 @@ class StreamTable {
   StreamState* stream(uint64_t id);
   // Call before enqueuing work on `s`: makes it wait for what legacy semantics require.
   void orderBefore(StreamState& s);
+  // Sends the stream's next work to placement `p` (an SM partition or the whole GPU), after
+  // everything queued on it so far. A capturing stream stays where it is (the capture is bound
+  // to its driver stream), and so does a stream whose GPU is not partitioned or that cannot get
+  // a driver stream there.
+  void place(StreamState& s, gpu::Placement p);
   std::vector<StreamState*> streamsOf(gpu::Gpu* g);
   // Every stream of this tenant (its legacy default ones too) at the highest (true) or lowest
   // (false) CUDA priority, whatever the application asks: the scheduler's first layer.
@@ -168,6 +181,8 @@ class StreamTable {
   uint64_t legacyIdOf(const gpu::Gpu* g) const;
   int bandPriority(const gpu::Gpu& g, int requested) const;
   void joinStreams(StreamState& waiter, StreamState& waited);
+  // Its driver streams in every placement, its events and its variant side stream.
+  void destroyDriverStreams(StreamState& s);
   CUstream privateStream(PrivateStreams& streams, gpu::Gpu* g);
   void publish() { published_.store(static_cast<uint32_t>(userStreamCount()), std::memory_order_relaxed); }
 

@@ -27,6 +27,27 @@ TEST(HpActivity, GateClosesOnSubmitAndOpensAfterTheIdleWindow) {
   EXPECT_FALSE(a.observe(170 * kUs, false));  // opens once
 }
 
+TEST(PartitionSplit, SplitsOnlyWhileBothClassesAreActive) {
+  constexpr Nanos kMs = 1000 * kUs;
+  PartitionSplit p(200 * kMs);
+  EXPECT_FALSE(p.noteWork(false, 0));          // BE alone: the whole GPU
+  EXPECT_FALSE(p.noteWork(false, 50 * kMs));
+  EXPECT_TRUE(p.noteWork(true, 60 * kMs));     // HP arrives while BE is active: split
+  EXPECT_TRUE(p.noteWork(false, 70 * kMs));    // BE's next work goes to its partition
+  EXPECT_TRUE(p.split(259 * kMs));             // HP's last work is 199 ms old
+  EXPECT_FALSE(p.split(260 * kMs));            // HP idle for the window: BE gets every SM again
+  EXPECT_FALSE(p.noteWork(false, 300 * kMs));
+  EXPECT_TRUE(p.noteWork(true, 310 * kMs));
+  EXPECT_FALSE(p.noteWork(true, 600 * kMs));   // BE gone quiet: HP alone gets every SM
+}
+
+TEST(PartitionSplit, NeverSplitsForOneClass) {
+  PartitionSplit p(1000 * kUs);
+  for (Nanos t = 0; t < 100 * kUs; t += kUs) EXPECT_FALSE(p.noteWork(true, t));
+  PartitionSplit q(1000 * kUs);
+  for (Nanos t = 0; t < 100 * kUs; t += kUs) EXPECT_FALSE(q.noteWork(false, t));
+}
+
 TEST(HpActivity, NewHpWorkRestartsTheIdleWindow) {
   HpActivity a(100 * kUs);
   a.submitted(0);

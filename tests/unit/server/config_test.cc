@@ -203,6 +203,24 @@ TEST_F(ConfigFile, ConnectionLimitsAndAnonymousPriority) {
   EXPECT_NE(error_.find("true or false"), std::string::npos) << error_;
 }
 
+TEST_F(ConfigFile, SmPartitions) {
+  ASSERT_TRUE(load("poll_us = 10\n")) << error_;
+  EXPECT_FALSE(config_.scheduler.smPartition);  // off unless asked
+  ASSERT_TRUE(load("priority_sm_partition = \"40\"\npriority_partition_idle_ms = 50\n")) << error_;
+  ASSERT_TRUE(config_.scheduler.smPartition);
+  EXPECT_EQ(config_.scheduler.smPartition->hpSms, 40u);
+  EXPECT_FALSE(config_.scheduler.smPartition->overlap);
+  EXPECT_EQ(config_.scheduler.partitionIdleMillis, 50);
+  ASSERT_TRUE(load("priority_sm_partition = \"64:overlap\"\n")) << error_;
+  EXPECT_TRUE(config_.scheduler.smPartition->overlap);
+  ASSERT_TRUE(load("priority_sm_partition = \"off\"\n")) << error_;
+  EXPECT_FALSE(config_.scheduler.smPartition);
+  for (const char* bad : {"\"40:wide\"", "\"0\"", "\"x\"", "\"-8\""}) {
+    EXPECT_FALSE(load(std::string("priority_sm_partition = ") + bad + "\n")) << bad;
+    EXPECT_NE(error_.find("priority_sm_partition"), std::string::npos) << error_;
+  }
+}
+
 // Finding 14: subjects are compared whole, in RFC 2253 form; the old one-line form is refused
 // with the form to use instead of silently never matching.
 TEST_F(ConfigFile, TlsSubjectIsTheRfc2253Form) {
