@@ -17,7 +17,7 @@ for tool in tally_microbench implicit_sync_probe fault_probe coredump_probe gree
 done
 if [[ -d $BUILD/bench/isolation ]]; then
   mkdir -p "$OUTDIR/build/bench/isolation"
-  cp "$BUILD"/bench/isolation/{hp_infer,be_train_ptx,be_train_sass} "$OUTDIR/build/bench/isolation/"
+  cp "$BUILD"/bench/isolation/{hp_infer,be_train_ptx,be_train_sass,green_split} "$OUTDIR/build/bench/isolation/"
 fi
 if [[ -x $BUILD/bench/hp_request/hp_request ]]; then
   mkdir -p "$OUTDIR/build/bench/hp_request" && cp "$BUILD/bench/hp_request/hp_request" "$OUTDIR/build/bench/hp_request/"

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# The isolation benchmark (issue #4): an inference-like high-priority client (hp_infer) next to a
-# training-like best-effort client (be_train, built with PTX and SASS-only), under each system,
-# on the same Poisson schedule. Results: <out>/runs.jsonl (one line per run), <out>/clocks.csv.
-# Then: python3 bench/isolation/report.py <out>/runs.jsonl --markdown docs/benchmarks.md --plot PNG
+# The isolation benchmark (issues #4, #9): an inference-like high-priority client (hp_infer) next
+# to a training-like best-effort client (be_train, built with PTX and SASS-only), for several
+# HP/BE pairs, under each system, on the same Poisson schedule. Results: <out>/runs.jsonl (one
+# line per run), <out>/clocks.csv. Then:
+#   python3 bench/isolation/report.py <out>/runs.jsonl --markdown docs/benchmarks.md --plot PNG --json J
 #
 #   bench/isolation/run.sh <build dir> <out dir> [options]
+#     --pairs "…"     HP request kind : BE shape[@block µs] (default "small:long small:short small:mem");
+#                     kinds: small (8 kernels, ~200 µs) large (48 kernels, ~3.7 ms); shapes: mixed
+#                     (the original iteration) long short mem, see bench/isolation/be_workload.cuh
+#     --builds "…"    BE builds, of: sass ptx (default "sass")
 #     --seconds S     length of each run (default 5)
 #     --repeats R     repetitions of the whole matrix (default 3)
 #     --rho X         HP load as a fraction of its solo service rate (default 0.5)
 #     --be-lead S     BE runs this long before HP starts (default 1; 0: both start together)
-#     --sweep "a b"   also run native and tally-priority at these loads (PTX build, one repeat)
-#     --systems "…"   subset of: native mps mps-prio tally-passthrough tally-priority
-#                     tally-no-gate tally-no-transforms tally-no-stream-priorities
+#     --sweep "a b"   also run native and tally-priority at these loads (first pair and build, one repeat)
+#     --systems "…"   subset of: native mps mps-prio green-split-<N> tally-passthrough tally-priority
+#                     tally-no-gate tally-no-transforms tally-no-stream-priorities tally-partition
+#                     tally-partition-64 tally-partition-overlap tally-partition-gate
+#                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest)
 #
-# Needs root for MPS (private pipe directory; the daemon is stopped on exit). Never changes
-# clocks, compute mode or MIG.
+# Baselines, per repeat: hp-alone (native) and tally-hp-alone per request kind, be-alone (native)
+# per BE shape and build. The BE-alone run of the first repeat calibrates the block loop count;
+# every later run of that BE gets the same count (--block-iterations), so all systems do the same
+# work per BE iteration. Needs root for MPS (private pipe directory; the daemon is stopped on
+# exit). Never changes clocks, compute mode or MIG.
+# shellcheck disable=SC2046  # option and environment lists are split into words on purpose
 set -euo pipefail
 
-[[ $# -ge 2 ]] || { sed -n 2,16p "$0"; exit 2; }
+[[ $# -ge 2 ]] || { sed -n 2,27p "$0"; exit 2; }
 BUILD=$(cd "$1" && pwd)
 OUT=$2
 shift 2
@@ -26,9 +37,15 @@ REPEATS=3
 RHO=0.5
 BE_LEAD=1
 SWEEP=""
-SYSTEMS="native mps mps-prio tally-passthrough tally-priority tally-no-gate tally-no-transforms tally-no-stream-priorities"
+PAIRS="small:long small:short small:mem"
+BUILDS="sass"
+SYSTEMS="native mps mps-prio green-split-40 green-split-64 tally-passthrough tally-priority tally-no-gate
+  tally-no-transforms tally-no-stream-priorities tally-partition tally-partition-64 tally-partition-overlap
+  tally-partition-gate"
 while [[ $# -gt 0 ]]; do
   case $1 in
+    --pairs) PAIRS=$2; shift 2 ;;
+    --builds) BUILDS=$2; shift 2 ;;
     --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
     --repeats) REPEATS=$2; shift 2 ;;
     --rho) RHO=$2; shift 2 ;;
@@ -38,6 +55,60 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+
+log() { echo "[isolation] $*" >&2; }
+die() { log "$*"; exit 2; }
+
+# --- Pairs: "kind:shape[@us]" -> request kind and BE key "shape@us" (us empty for mixed) ---
+default_block_us() {
+  case $1 in long) echo 7500 ;; short) echo 150 ;; mem) echo 1000 ;; mixed) echo "" ;; esac
+}
+pair_kind() { echo "${1%%:*}"; }
+pair_be() {  # the BE key of a pair, its block length made explicit
+  local be=${1#*:} shape us
+  shape=${be%%@*}
+  us=$(default_block_us "$shape")
+  [[ $be == *@* ]] && us=${be#*@}
+  echo "$shape@$us"
+}
+for p in $PAIRS; do
+  [[ $p == *:* ]] || die "pair $p: expected KIND:SHAPE[@US]"
+  [[ $(pair_kind "$p") =~ ^(small|large)$ ]] || die "pair $p: request kind must be small or large"
+  be=$(pair_be "$p")
+  [[ ${be%@*} =~ ^(mixed|long|short|mem)$ ]] || die "pair $p: shape must be mixed, long, short or mem"
+  [[ ${be%@*} != mixed || $be == mixed@ ]] || die "pair $p: mixed has no block length"
+  [[ ${be#*@} =~ ^[0-9.]*$ ]] || die "pair $p: block length must be a number of µs"
+done
+for b in $BUILDS; do [[ $b =~ ^(ptx|sass)$ ]] || die "build $b: expected ptx or sass"; done
+known_system() {
+  case $1 in
+    native|mps|mps-prio|tally-passthrough|tally-priority|tally-no-gate|tally-no-transforms) ;;
+    tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
+    *) [[ $1 =~ ^green-split-[0-9]+$ ]] ;;
+  esac
+}
+for s in $SYSTEMS; do known_system "$s" || die "unknown system $s"; done
+KINDS=$(for p in $PAIRS; do pair_kind "$p"; done | sort -u | xargs)
+BES=$(for p in $PAIRS; do pair_be "$p"; done | sort -u | xargs)
+FIRST_PAIR=${PAIRS%% *}
+FIRST_BUILD=${BUILDS%% *}
+
+# --- Time estimate: each process run pays ~STARTUP s (CUDA init, tallyd start, warm-up) ---
+STARTUP=1.5
+count() { wc -w <<<"$1"; }
+ESTIMATE=$(python3 - "$SECONDS_PER_RUN" "$BE_LEAD" "$REPEATS" "$(count "$KINDS")" "$(count "$BES")" \
+  "$(count "$PAIRS")" "$(count "$BUILDS")" "$(count "$SYSTEMS")" "$(count "$SWEEP")" "$STARTUP" <<'EOF'
+import sys
+s, lead, reps, kinds, bes, pairs, builds, systems, sweep, up = map(float, sys.argv[1:])
+run, pair = s + up, s + lead + up
+once = kinds * (3 + up) + bes * builds * 2 * (2 + up)        # solo service times, tallyd warm-up
+per_repeat = kinds * 2 * run + bes * builds * run            # hp-alone, tally-hp-alone, be-alone
+per_repeat += pairs * builds * (systems * pair + 2)          # co-located runs, MPS start/stop
+print(round(once + reps * per_repeat + sweep * (run + 2 * pair)))
+EOF
+)
+log "pairs: $PAIRS; builds: $BUILDS; $(count "$SYSTEMS") systems; $REPEATS repeat(s) of ${SECONDS_PER_RUN} s"
+log "estimated GPU time: ~$((ESTIMATE / 60)) min $((ESTIMATE % 60)) s"
 
 BIN=$BUILD/bench/isolation
 TALLYD=$BUILD/server/tallyd
@@ -51,8 +122,7 @@ CACHE=$WORK/cache
 SOCK=$WORK/tallyd.sock
 TALLYD_PID=""
 MPS_ON=0
-
-log() { echo "[isolation] $*" >&2; }
+declare -A RATE BLOCK_ITERATIONS
 
 stop_tallyd() {
   if [[ -n $TALLYD_PID ]]; then
@@ -71,16 +141,23 @@ stop_mps() {
 cleanup() {
   stop_tallyd
   stop_mps
-  [[ -n ${CLOCK_PID:-} ]] && kill "$CLOCK_PID" 2>/dev/null || true
+  if [[ -n ${CLOCK_PID:-} ]]; then kill "$CLOCK_PID" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 
-start_tallyd() {  # extra tallyd flags...
+start_tallyd() {  # extra tallyd flags...; fails (without exiting) when tallyd does not come up
   stop_tallyd
+  rm -f "$SOCK"
   "$TALLYD" --listen "unix:$SOCK" --admin "" --cache-dir "$CACHE" "$@" >>"$OUT/tallyd.log" 2>&1 &
   TALLYD_PID=$!
-  for _ in $(seq 1 100); do [[ -S $SOCK ]] && return 0; sleep 0.05; done
-  log "tallyd did not start"; tail -5 "$OUT/tallyd.log" >&2; exit 1
+  for _ in $(seq 1 100); do
+    [[ -S $SOCK ]] && return 0
+    kill -0 "$TALLYD_PID" 2>/dev/null || break  # exited, e.g. on a flag it does not know
+    sleep 0.05
+  done
+  log "tallyd $* did not start"; tail -5 "$OUT/tallyd.log" >&2
+  stop_tallyd
+  return 1
 }
 start_mps() {
   mkdir -p "$WORK/mps" "$WORK/mpslog"
@@ -93,7 +170,6 @@ start_mps() {
 client_env() {
   local system=$1 role=$2
   case $system in
-    native) echo "" ;;
     mps) echo "CUDA_MPS_PIPE_DIRECTORY=$WORK/mps" ;;
     mps-prio)
       if [[ $role == be ]]; then echo "CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_CLIENT_PRIORITY=1"
@@ -102,6 +178,7 @@ client_env() {
       local prio=best-effort
       [[ $role == hp ]] && prio=high
       echo "LD_PRELOAD=$CLIENT TALLY_SERVER=unix:$SOCK TALLY_TENANT=$role TALLY_PRIORITY=$prio" ;;
+    *) echo "" ;;  # native, green-split-*
   esac
 }
 
@@ -112,10 +189,14 @@ tally_flags() {
     tally-no-gate) echo "--policy priority --no-gate" ;;
     tally-no-transforms) echo "--policy priority --no-transforms" ;;
     tally-no-stream-priorities) echo "--policy priority --no-stream-priorities" ;;
+    tally-partition) echo "--policy priority --sm-partition 40" ;;
+    tally-partition-64) echo "--policy priority --sm-partition 64" ;;
+    tally-partition-overlap) echo "--policy priority --sm-partition 40:overlap" ;;
+    tally-partition-gate) echo "--policy priority --sm-partition 40 --partition-gate" ;;
   esac
 }
 
-prepare() {  # system
+prepare() {  # system; fails when its tallyd does not start
   case $1 in
     mps|mps-prio) stop_tallyd; [[ $MPS_ON == 1 ]] || start_mps ;;
     tally-*) stop_mps; start_tallyd $(tally_flags "$1") ;;
@@ -123,25 +204,113 @@ prepare() {  # system
   esac
 }
 
-record() {  # repeat build system rho hp_json be_json
-  echo "{\"repeat\":$1,\"be_build\":\"$2\",\"system\":\"$3\",\"rho\":$4,\"hp\":${5:-null},\"be\":${6:-null}}" >>"$RUNS"
+json_field() {  # json key... : the value (objects as JSON), empty when absent or not JSON
+  python3 -c 'import json, sys
+try:
+    v = json.loads(sys.argv[1])
+    for k in sys.argv[2:]:
+        v = v[k]
+    print(json.dumps(v) if isinstance(v, (dict, list)) else v)
+except (ValueError, KeyError, TypeError):
+    pass' "$@"
+}
+
+# The BE program's options for a BE key ("shape@us") and build: the calibrated loop count once
+# the BE-alone run has measured it.
+be_args() {  # key build
+  local shape=${1%@*} us=${1#*@}
+  echo -n "--shape $shape"
+  [[ -n $us ]] && echo -n " --block-us $us"
+  [[ -n ${BLOCK_ITERATIONS[$1:$2]:-} ]] && echo -n " --block-iterations ${BLOCK_ITERATIONS[$1:$2]}"
+  echo
+}
+
+# One runs.jsonl line. Baselines leave out what they do not have: hp-alone has no BE, be-alone
+# no HP request kind.
+record() {  # repeat pair kind be_key build system rho hp_json be_json
+  local pair=null kind=null shape=null us=null
+  [[ -n $2 ]] && pair="\"$2\""
+  [[ -n $3 ]] && kind="\"$3\""
+  if [[ -n $4 ]]; then
+    shape="\"${4%@*}\""
+    [[ -n ${4#*@} ]] && us=${4#*@}
+  fi
+  echo "{\"repeat\":$1,\"pair\":$pair,\"hp_request\":$kind,\"be_shape\":$shape,\"be_block_us\":$us,\"be_build\":\"$5\",\"system\":\"$6\",\"rho\":$7,\"hp\":${8:-null},\"be\":${9:-null}}" >>"$RUNS"
+}
+
+hp_alone() {  # repeat kind rho rate baseline(hp-alone|tally-hp-alone)
+  local hp="" system=native
+  [[ $5 == tally-hp-alone ]] && system=tally-priority
+  if prepare "$system"; then
+    hp=$(env $(client_env "$system" hp) "$BIN/hp_infer" --request "$2" --rate "$4" \
+      --seconds "$SECONDS_PER_RUN" --seed "$1" 2>>"$OUT/clients.log") || log "$5 $2 failed"
+  fi
+  record "$1" "" "$2" "" none "$5" "$3" "$hp" ""
+}
+
+be_alone() {  # repeat key build rho; the first run calibrates the loop count
+  local be
+  prepare native
+  be=$("$BIN/be_train_$3" $(be_args "$2" "$3") --seconds "$SECONDS_PER_RUN" 2>>"$OUT/clients.log") ||
+    log "be-alone $2/$3 failed"
+  record "$1" "" "" "$2" "$3" be-alone "$4" "" "$be"
+  if [[ -z ${BLOCK_ITERATIONS[$2:$3]:-} ]]; then
+    BLOCK_ITERATIONS[$2:$3]=$(json_field "$be" block_iterations)
+    log "BE $2/$3 alone: $be"
+  fi
+}
+
+# Warm tallyd's caches (compiled variants, learned durations) with the BE under the priority
+# policy, so that measured runs start as a long-running tallyd would be.
+warm_tallyd() {  # key build
+  start_tallyd --policy priority || return 0
+  for _ in 1 2; do
+    env $(client_env tally-priority be) "$BIN/be_train_$2" $(be_args "$1" "$2") --seconds 2 \
+      >/dev/null 2>>"$OUT/clients.log" || true
+  done
+  stop_tallyd
 }
 
 # One co-located run, in steady state: training is already running when inference starts. BE
 # starts first and counts iterations only after BE_LEAD seconds (past its warm-up), HP starts
 # BE_LEAD seconds after it; both then measure for SECONDS_PER_RUN (windows aligned to ~0.1 s).
-pair() {  # repeat build system rho rate
-  local repeat=$1 build=$2 system=$3 rho=$4 rate=$5
-  local be_out=$WORK/be.json hp_out=$WORK/hp.json
-  env $(client_env "$system" be) "$BIN/be_train_$build" --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" \
-    >"$be_out" 2>>"$OUT/clients.log" &
-  local be_pid=$!
-  sleep "$BE_LEAD"
-  env $(client_env "$system" hp) "$BIN/hp_infer" --rate "$rate" --seconds "$SECONDS_PER_RUN" --seed "$repeat" \
-    >"$hp_out" 2>>"$OUT/clients.log" || log "hp failed under $system"
-  wait "$be_pid" || log "be failed under $system"
-  record "$repeat" "$build" "$system" "$rho" "$(cat "$hp_out")" "$(cat "$be_out")"
-  log "$system/$build rho=$rho: hp $(cat "$hp_out") be $(cat "$be_out")"
+colocated() {  # repeat pair build system rho rate
+  local repeat=$1 pair=$2 build=$3 system=$4 rho=$5 rate=$6
+  local kind be_key be_out=$WORK/be.json hp_out=$WORK/hp.json
+  kind=$(pair_kind "$pair")
+  be_key=$(pair_be "$pair")
+  : >"$be_out"
+  : >"$hp_out"
+  if [[ $system == green-split-* ]]; then
+    local both
+    both=$("$BIN/green_split" --hp-sms "${system#green-split-}" --request "$kind" $(be_args "$be_key" "$build") \
+      --rate "$rate" --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" --seed "$repeat" 2>>"$OUT/clients.log") ||
+      log "green_split failed under $system"
+    json_field "$both" hp >"$hp_out"
+    json_field "$both" be >"$be_out"
+  else
+    env $(client_env "$system" be) "$BIN/be_train_$build" $(be_args "$be_key" "$build") \
+      --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" >"$be_out" 2>>"$OUT/clients.log" &
+    local be_pid=$!
+    sleep "$BE_LEAD"
+    env $(client_env "$system" hp) "$BIN/hp_infer" --request "$kind" --rate "$rate" --seconds "$SECONDS_PER_RUN" \
+      --seed "$repeat" >"$hp_out" 2>>"$OUT/clients.log" || log "hp failed under $system"
+    wait "$be_pid" || log "be failed under $system"
+  fi
+  record "$repeat" "$pair" "$kind" "$be_key" "$build" "$system" "$rho" "$(cat "$hp_out")" "$(cat "$be_out")"
+  log "$pair $system/$build rho=$rho: hp $(cat "$hp_out") be $(cat "$be_out")"
+}
+
+run_systems() {  # repeat pair build rho rate systems...
+  local repeat=$1 pair=$2 build=$3 rho=$4 rate=$5 system
+  shift 5
+  for system in "$@"; do
+    if prepare "$system"; then
+      colocated "$repeat" "$pair" "$build" "$system" "$rho" "$rate"
+    else
+      record "$repeat" "$pair" "$(pair_kind "$pair")" "$(pair_be "$pair")" "$build" "$system" "$rho" "" ""
+    fi
+  done
 }
 
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 1000 \
@@ -149,48 +318,43 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw
 CLOCK_PID=$!
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1 || true
 
-log "HP solo service time (closed loop, 3 s)"
-SOLO=$("$BIN/hp_infer" --solo 3)
-echo "$SOLO" >"$OUT/hp_solo.json"
-MEAN=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['service_us']['mean'])" "$SOLO")
-rate_for() { python3 -c "print($1 / ($MEAN / 1e6))"; }
-RATE=$(rate_for "$RHO")
-log "solo mean service ${MEAN} µs -> ${RATE} req/s at rho $RHO"
-
-# Warm tallyd's caches (compiled variants, learned durations) with a BE run under the priority
-# policy, so that measured runs start as a long-running tallyd would be.
-start_tallyd --policy priority
-env $(client_env tally-priority be) "$BIN/be_train_ptx" --seconds 2 >/dev/null 2>>"$OUT/clients.log"
-env $(client_env tally-priority be) "$BIN/be_train_ptx" --seconds 2 >/dev/null 2>>"$OUT/clients.log"
-stop_tallyd
+rate_for() { python3 -c "print($1 / ($2 / 1e6))"; }  # rho mean_service_us
+declare -A MEAN
+for kind in $KINDS; do
+  log "HP $kind: solo service time (closed loop, 3 s)"
+  solo=$("$BIN/hp_infer" --request "$kind" --solo 3) || { log "HP $kind: hp_infer failed"; exit 1; }
+  echo "$solo" >"$OUT/hp_solo_$kind.json"
+  MEAN[$kind]=$(json_field "$solo" service_us mean)
+  [[ -n ${MEAN[$kind]} ]] || { log "HP $kind: no solo service time"; exit 1; }
+  RATE[$kind]=$(rate_for "$RHO" "${MEAN[$kind]}")
+  log "HP $kind: solo mean service ${MEAN[$kind]} µs -> ${RATE[$kind]} req/s at rho $RHO"
+done
 
 for repeat in $(seq 1 "$REPEATS"); do
-  prepare native
-  hp=$("$BIN/hp_infer" --rate "$RATE" --seconds "$SECONDS_PER_RUN" --seed "$repeat")
-  record "$repeat" none hp-alone "$RHO" "$hp" null
-  # HP alone through tallyd: what remoting costs it, apart from any co-location.
-  prepare tally-priority
-  hp=$(env $(client_env tally-priority hp) "$BIN/hp_infer" --rate "$RATE" --seconds "$SECONDS_PER_RUN" --seed "$repeat")
-  record "$repeat" none tally-hp-alone "$RHO" "$hp" null
-  for build in ptx sass; do
-    be=$("$BIN/be_train_$build" --seconds "$SECONDS_PER_RUN")
-    record "$repeat" "$build" be-alone "$RHO" null "$be"
-    for system in $SYSTEMS; do
-      prepare "$system"
-      pair "$repeat" "$build" "$system" "$RHO" "$RATE"
+  for kind in $KINDS; do
+    hp_alone "$repeat" "$kind" "$RHO" "${RATE[$kind]}" hp-alone
+    # HP alone through tallyd: what remoting costs it, apart from any co-location.
+    hp_alone "$repeat" "$kind" "$RHO" "${RATE[$kind]}" tally-hp-alone
+  done
+  for build in $BUILDS; do
+    for be_key in $BES; do
+      first=$([[ -z ${BLOCK_ITERATIONS[$be_key:$build]:-} ]] && echo 1 || echo 0)
+      be_alone "$repeat" "$be_key" "$build" "$RHO"
+      [[ $first == 1 ]] && warm_tallyd "$be_key" "$build"
+    done
+    for pair in $PAIRS; do
+      # shellcheck disable=SC2086  # one argument per system
+      run_systems "$repeat" "$pair" "$build" "$RHO" "${RATE[$(pair_kind "$pair")]}" $SYSTEMS
     done
   done
 done
 
+# The load sweep reuses repeat 1's be-alone (report.py knows).
 for rho in $SWEEP; do
-  rate=$(rate_for "$rho")
-  prepare native
-  hp=$("$BIN/hp_infer" --rate "$rate" --seconds "$SECONDS_PER_RUN" --seed 1)
-  record 1 none hp-alone "$rho" "$hp" null
-  for system in native tally-priority; do
-    prepare "$system"
-    pair 1 ptx "$system" "$rho" "$rate"
-  done
+  kind=$(pair_kind "$FIRST_PAIR")
+  rate=$(rate_for "$rho" "${MEAN[$kind]}")
+  hp_alone 1 "$kind" "$rho" "$rate" hp-alone
+  run_systems 1 "$FIRST_PAIR" "$FIRST_BUILD" "$rho" "$rate" native tally-priority
 done
 stop_tallyd
 stop_mps

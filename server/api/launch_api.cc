@@ -24,6 +24,11 @@ struct LaunchAttributes {
   std::array<CUlaunchAttribute, kMaxLaunchAttributes + 1> values{};
   unsigned count = 0;
   std::span<const CUlaunchAttribute> view() const { return {values.data(), count}; }
+  bool cooperative() const {
+    return std::any_of(values.begin(), values.begin() + count, [](const CUlaunchAttribute& a) {
+      return a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0;
+    });
+  }
 };
 
 // The most urgent stream priority this tenant's class gets on `g` (nullopt: the policy sets none).
@@ -182,6 +187,9 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   for (size_t i = 0; i < f->params.size(); ++i) params[i] = const_cast<uint8_t*>(buffer.begin()) + f->params[i].first;
   LaunchAttributes attributes;
   if (CUresult r = launchAttributes(ctx, *f->gpu, args, attributes); r != CUDA_SUCCESS) return ctx.finish(r);
+  // The application sized a cooperative grid for every SM of the device: an SM partition could
+  // not hold it at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE where it runs natively).
+  if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::kWholeGpu);
   scheduler::KernelLaunch k = kernelLaunch(ctx, *f, *s, args, params);
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
