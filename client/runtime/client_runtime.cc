@@ -93,8 +93,14 @@ void ClientRuntime::connect() {
     connectStatus_ = CUDA_ERROR_NO_DEVICE;
     return;
   }
-  auto priority = envOr("TALLY_PRIORITY", "best-effort") == "high" ? wire::PriorityClass::HIGH_PRIORITY
-                                                                   : wire::PriorityClass::BEST_EFFORT;
+  // A typo must not quietly make an inference service best-effort.
+  std::string priorityName = envOr("TALLY_PRIORITY", "best-effort");
+  if (priorityName != "high" && priorityName != "best-effort") {
+    spdlog::error("tally: TALLY_PRIORITY='{}': expected 'high' or 'best-effort'", priorityName);
+    connectStatus_ = CUDA_ERROR_NO_DEVICE;
+    return;
+  }
+  auto priority = priorityName == "high" ? wire::PriorityClass::HIGH_PRIORITY : wire::PriorityClass::BEST_EFFORT;
   CUresult refusal = CUDA_SUCCESS;
   connection_ =
       Connection::open(*endpoint, envOr("TALLY_TENANT", defaultTenantName().c_str()), priority, error, &refusal);

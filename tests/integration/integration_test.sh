@@ -230,6 +230,10 @@ expect_peer_logged() {
 case_no_server() {
   need_program
   expect_refused no-server "unix:$TMPD/absent.sock" "cannot reach tallyd at unix:"
+  # A misspelt class is refused before any connection, never taken as best-effort.
+  CLIENT_ENV=(TALLY_PRIORITY=hgih)
+  expect_refused priority-typo "unix:$TMPD/absent.sock" "TALLY_PRIORITY='hgih': expected 'high' or 'best-effort'"
+  CLIENT_ENV=()
 }
 
 case_no_gpu() {
