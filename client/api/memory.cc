@@ -358,6 +358,27 @@ CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t wi
   });
 }
 
+// cudaMemset3D: one pitched memset per depth slice, or one for all of them when the slices are
+// contiguous (the allocation's height is the extent's).
+CUresult memset3D(cudaPitchedPtr p, int value, cudaExtent e, CUstream stream) {
+  if (e.width == 0 || e.height == 0 || e.depth == 0) return CUDA_SUCCESS;
+  if (e.width > p.pitch || e.height > p.ysize) return CUDA_ERROR_INVALID_VALUE;
+  auto base = reinterpret_cast<CUdeviceptr>(p.ptr);
+  const auto byte = static_cast<uint8_t>(value);
+  size_t slices = 0;
+  if (e.height == p.ysize && !__builtin_mul_overflow(e.height, e.depth, &slices)) {
+    return memset(base, byte, 1, e.width, slices, p.pitch, stream);
+  }
+  size_t sliceBytes = 0;
+  if (__builtin_mul_overflow(p.pitch, p.ysize, &sliceBytes)) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t z = 0; z < e.depth; ++z) {
+    size_t offset = 0;
+    if (__builtin_mul_overflow(z, sliceBytes, &offset)) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = memset(base + offset, byte, 1, e.width, e.height, p.pitch, stream); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 // --- symbols -----------------------------------------------------------------------------
 
 CUresult symbolAddress(const void* symbol, CUdeviceptr& address, size_t& size) {
@@ -490,6 +511,28 @@ TALLY_API cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* sr
   return guardRuntime(__func__, [&] { return copy2D(dst, dpitch, src, spitch, width, height, kind, stream, false); });
 }
 
+// Peer copies: with unified addressing the pointers name their devices, so this is a
+// device-to-device copy once both device numbers are valid.
+cudaError_t copyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream,
+                     bool sync) {
+  return guardRuntime("cudaMemcpyPeer", [&] {
+    const int devices = rt().deviceCount();
+    if (dstDevice < 0 || srcDevice < 0 || dstDevice >= devices || srcDevice >= devices) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    return copy1D(dst, src, count, cudaMemcpyDeviceToDevice, stream, sync);
+  });
+}
+
+TALLY_API cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
+  return copyPeer(dst, dstDevice, src, srcDevice, count, nullptr, true);
+}
+
+TALLY_API cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
+                                          cudaStream_t stream) {
+  return copyPeer(dst, dstDevice, src, srcDevice, count, stream, false);
+}
+
 TALLY_API cudaError_t cudaMemset(void* dst, int value, size_t count) {
   return guardRuntime(__func__, [&] {
     return memset(reinterpret_cast<CUdeviceptr>(dst), static_cast<uint8_t>(value), 1, count, 1, count, nullptr);
@@ -513,6 +556,14 @@ TALLY_API cudaError_t cudaMemset2DAsync(void* dst, size_t pitch, int value, size
   return guardRuntime(__func__, [&] {
     return memset(reinterpret_cast<CUdeviceptr>(dst), static_cast<uint8_t>(value), 1, width, height, pitch, stream);
   });
+}
+
+TALLY_API cudaError_t cudaMemset3D(cudaPitchedPtr ptr, int value, cudaExtent extent) {
+  return guardRuntime(__func__, [&] { return memset3D(ptr, value, extent, nullptr); });
+}
+
+TALLY_API cudaError_t cudaMemset3DAsync(cudaPitchedPtr ptr, int value, cudaExtent extent, cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return memset3D(ptr, value, extent, stream); });
 }
 
 TALLY_API cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset,

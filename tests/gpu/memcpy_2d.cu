@@ -138,6 +138,42 @@ int main() {
     }
   expect(bad == 0, "cudaMemcpy2DAsync H2H and pitched->linear D2D");
 
+  // cudaMemset3D over a sub-box of a cudaMalloc3D allocation (slices not contiguous: the box is
+  // shorter than the allocation), then cudaMemset3DAsync over all of it but one byte column.
+  const cudaExtent alloc = make_cudaExtent(100, 7, 5);
+  cudaPitchedPtr box;
+  CHECK(cudaMalloc3D(&box, alloc));
+  CHECK(cudaMemset3DAsync(box, 0x11, make_cudaExtent(99, 7, 5), s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemset3D(box, 0x5a, make_cudaExtent(40, 3, 4)));
+  std::vector<unsigned char> cube(box.pitch * alloc.height * alloc.depth);
+  CHECK(cudaMemcpy(cube.data(), box.ptr, cube.size(), cudaMemcpyDeviceToHost));
+  bad = 0;
+  for (size_t z = 0; z < alloc.depth; ++z)
+    for (size_t y = 0; y < alloc.height; ++y)
+      for (size_t x = 0; x < alloc.width; ++x) {
+        unsigned char want = x < 40 && y < 3 && z < 4 ? 0x5a : x < 99 ? 0x11 : cube[(z * alloc.height + y) * box.pitch + x];
+        if (cube[(z * alloc.height + y) * box.pitch + x] != want) ++bad;
+      }
+  std::printf("cudaMemset3D box: bad=%d\n", bad);
+  expect(bad == 0, "cudaMemset3D / cudaMemset3DAsync on a pitched 3D allocation");
+  EXPECT_ERR(cudaMemset3D(box, 0, make_cudaExtent(box.pitch + 1, 1, 1)), cudaErrorInvalidValue);
+  CHECK(cudaFree(box.ptr));
+
+  // Peer copies on one device are device-to-device copies.
+  float* peer;
+  CHECK(cudaMalloc(&peer, wb * h));
+  CHECK(cudaMemcpyPeer(peer, 0, dlin, 0, wb * h));
+  CHECK(cudaMemcpyPeerAsync(dlin, 0, peer, 0, wb, s));  // the first row back onto itself
+  std::vector<float> peerCopy(static_cast<size_t>(w) * h);
+  CHECK(cudaMemcpyAsync(peerCopy.data(), peer, wb * h, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  expect(peerCopy == lin, "cudaMemcpyPeer / cudaMemcpyPeerAsync on one device");
+  int devices = 0;
+  CHECK(cudaGetDeviceCount(&devices));
+  EXPECT_ERR(cudaMemcpyPeer(peer, devices, dlin, 0, wb), cudaErrorInvalidDevice);
+  CHECK(cudaFree(peer));
+
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaFreeHost(hp_src));
   CHECK(cudaFreeHost(hp_dst));
