@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
-"""Turn bench/isolation/run.sh's runs.jsonl into a markdown section and a plot.
+"""Turn bench/isolation/run.sh's runs.jsonl into a markdown section, a JSON summary and a plot.
 
 Usage:
   python3 bench/isolation/report.py runs.jsonl [--clocks clocks.csv] [--markdown docs/benchmarks.md]
-                                    [--plot bench/results/<name>.png] [--json summary.json]
+                                    [--plot bench/results/<name>.png] [--json summary.json] [--rho X]
 
-Metrics (per system and BE build, median over the repeats, min–max in brackets):
-  HP service p50/p99 and response p99, each divided by the same figure of HP alone (native) in
-  the same repeat; BE throughput divided by BE alone in the same repeat; system throughput =
-  HP requests/s / HP alone requests/s + normalized BE throughput. The section replaces the
-  region between <!-- isolation:begin --> and <!-- isolation:end --> (appended if absent).
-The plot needs matplotlib; without it the plot is skipped with a message.
+Per HP/BE pair (e.g. small:long) and BE build, one table: HP service p50 and p99 divided by the
+same figure of HP alone (native, same request kind, same repeat and load) and BE throughput
+divided by BE alone (native, same shape, block length and build, same repeat); median over the
+repeats, min–max in brackets when there are several. Load-sweep runs (other ρ) get a table of
+their own. The section replaces the region between <!-- isolation:begin --> and
+<!-- isolation:end --> (appended if absent). Lines of older runs (no "pair") count as large:mixed,
+the pair those runs measured. The plot needs matplotlib; without it the plot is skipped with a
+message.
 """
 
 import argparse
+import collections
 import json
-import statistics
 import os
+import re
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
@@ -24,8 +28,12 @@ import markdown_region  # noqa: E402
 
 BEGIN = "<!-- isolation:begin -->"
 END = "<!-- isolation:end -->"
-SYSTEMS = ["native", "mps", "mps-prio", "tally-passthrough", "tally-priority", "tally-no-gate",
-           "tally-no-transforms", "tally-no-stream-priorities"]
+OLD_PAIR = "large:mixed"
+BASELINES = ("hp-alone", "tally-hp-alone", "be-alone")
+# Table order; green-split-<N> rows go after mps-prio, by N.
+SYSTEMS = ["native", "mps", "mps-prio", "green-split-*", "tally-passthrough", "tally-priority", "tally-no-gate",
+           "tally-no-transforms", "tally-no-stream-priorities", "tally-partition", "tally-partition-64",
+           "tally-partition-overlap", "tally-partition-gate"]
 LABELS = {
     "native": "two native processes (time-sliced)",
     "mps": "MPS",
@@ -35,98 +43,196 @@ LABELS = {
     "tally-no-gate": "tallyd priority − gate",
     "tally-no-transforms": "tallyd priority − transforms",
     "tally-no-stream-priorities": "tallyd priority − stream priorities",
+    "tally-partition": "tallyd priority + SM partition (HP 40 SMs)",
+    "tally-partition-64": "tallyd priority + SM partition (HP 64 SMs)",
+    "tally-partition-overlap": "tallyd priority + SM partition (40 SMs, overlap)",
+    "tally-partition-gate": "tallyd priority + SM partition (40 SMs) + gate",
 }
+REQUESTS = {"small": "8 kernels, ~200 µs", "large": "48 kernels, ~3.7 ms"}
+BUILDS = {"ptx": "BE built with PTX (transformable)", "sass": "BE built SASS-only (code=sm_90)"}
+
+
+def label(system):
+    m = re.fullmatch(r"green-split-(\d+)", system)
+    return f"static green-context split (HP {m.group(1)} SMs)" if m else LABELS.get(system, system)
+
+
+def system_order(system):
+    m = re.fullmatch(r"green-split-(\d+)", system)
+    if m:
+        return (SYSTEMS.index("green-split-*"), int(m.group(1)))
+    return (SYSTEMS.index(system) if system in SYSTEMS else len(SYSTEMS), system)
 
 
 def load(path):
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [fill_defaults(json.loads(line)) for line in f if line.strip()]
 
 
-def baseline(rows, repeat, rho, system, build=None):
+def fill_defaults(r):
+    """The fields of older lines (one pair, large:mixed) as newer ones carry them."""
+    r = dict(r)
+    baseline = r["system"] in BASELINES
+    r.setdefault("pair", None if baseline else OLD_PAIR)
+    if r.get("hp_request") is None and r["system"] != "be-alone":
+        r["hp_request"] = (r.get("hp") or {}).get("request", r["pair"].split(":")[0] if r["pair"] else "large")
+    if r.get("be_shape") is None and r["system"] not in ("hp-alone", "tally-hp-alone"):
+        r["be_shape"] = (r.get("be") or {}).get("shape", "mixed")
+    r.setdefault("be_block_us", None)
+    return r
+
+
+def be_key(r):
+    return (r["be_shape"], r["be_block_us"], r["be_build"])
+
+
+class Baselines:
+    """hp-alone by (repeat, ρ, request kind); be-alone by (repeat, shape, block µs, build), any ρ
+    (the load sweep reuses the main load's BE-alone run)."""
+
+    def __init__(self, rows):
+        self.hp, self.tally_hp, self.be = {}, {}, {}
+        for r in rows:
+            if r["system"] == "hp-alone" and r["hp"]:
+                self.hp[(r["repeat"], r["rho"], r["hp_request"])] = r["hp"]
+            elif r["system"] == "tally-hp-alone" and r["hp"]:
+                self.tally_hp[(r["repeat"], r["rho"], r["hp_request"])] = r["hp"]
+            elif r["system"] == "be-alone" and r["be"]:
+                self.be.setdefault((r["repeat"],) + be_key(r), r["be"])
+
+    def for_run(self, r):
+        return self.hp.get((r["repeat"], r["rho"], r["hp_request"])), self.be.get((r["repeat"],) + be_key(r))
+
+
+def normalized(rows):
+    """{(pair, build, rho): {system: [per-repeat dicts of ×alone metrics, None for a failed run]}}"""
+    base = Baselines(rows)
+    out = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in rows:
-        if r["repeat"] == repeat and r["rho"] == rho and r["system"] == system and (build is None or r["be_build"] == build):
-            return r
-    return None
-
-
-def normalized(rows, rho):
-    """{(system, build): [per-repeat dicts of normalized metrics]}"""
-    out = {}
-    for r in rows:
-        if r["rho"] != rho or r["system"] in ("hp-alone", "be-alone", "tally-hp-alone") or not r["hp"] or not r["be"]:
+        if r["system"] in BASELINES:
             continue
-        hp0 = baseline(rows, r["repeat"], rho, "hp-alone")
-        be0 = baseline(rows, r["repeat"], rho, "be-alone", r["be_build"])
-        if not hp0 or not be0:
+        hp0, be0 = base.for_run(r)
+        runs = out[(r["pair"], r["be_build"], r["rho"])][r["system"]]
+        if not (r["hp"] and r["be"] and hp0 and be0):
+            runs.append(None)
             continue
-        h, h0 = r["hp"], hp0["hp"]
-        be = r["be"]["iterations_per_s"] / be0["be"]["iterations_per_s"]
-        hp_rate = (h["requests"] / h["seconds"]) / (h0["requests"] / h0["seconds"])
-        out.setdefault((r["system"], r["be_build"]), []).append({
-            "p50": h["service_us"]["p50"] / h0["service_us"]["p50"],
-            "p99": h["service_us"]["p99"] / h0["service_us"]["p99"],
-            "resp_p99": h["response_us"]["p99"] / h0["response_us"]["p99"],
-            "be": be,
-            "system_tput": hp_rate + be,
+        h = r["hp"]
+        runs.append({
+            "p50": h["service_us"]["p50"] / hp0["service_us"]["p50"],
+            "p99": h["service_us"]["p99"] / hp0["service_us"]["p99"],
+            "resp_p99": h["response_us"]["p99"] / hp0["response_us"]["p99"],
+            "be": r["be"]["iterations_per_s"] / be0["iterations_per_s"],
         })
     return out
 
 
-def cell(values, key, digits=2):
-    xs = [v[key] for v in values]
-    if not xs:
-        return "—"
-    med = statistics.median(xs)
-    return f"{med:.{digits}f} ({min(xs):.{digits}f}–{max(xs):.{digits}f})"
+def spread(values):
+    """median, min, max of the runs that produced a value (None when none did)."""
+    xs = [v for v in values if v is not None]
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else None
 
 
-def absolute(rows, rho, system, key):
-    xs = [r["hp"][key] for r in rows if r["rho"] == rho and r["system"] == system and r["hp"]]
-    return xs
+def cell(runs, key, digits=2):
+    s = spread([v[key] for v in runs if v])
+    if s is None:
+        return "failed" if runs else "—"
+    text = f"{s['median']:.{digits}f}"
+    if s["n"] > 1:
+        text += f" ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
+    return text
 
 
-def section(rows, clocks):
-    rho = 0.5
-    norm = normalized(rows, rho)
-    repeats = sorted({r["repeat"] for r in rows if r["rho"] == rho})
+def main_rho(rows, wanted):
+    if wanted is not None:
+        return wanted
+    counts = collections.Counter(r["rho"] for r in rows if r["system"] not in BASELINES)
+    return counts.most_common(1)[0][0] if counts else 0.5
+
+
+def describe_pair(pair, build, rows, rho):
+    """The pair's title and its absolute baselines."""
+    kind, be = pair.split(":", 1)
+    shape, _, us = be.partition("@")
+    pair_rows = [r for r in rows if r["pair"] == pair and r["be_build"] == build and r["rho"] == rho]
+    block_us = next((r["be_block_us"] for r in pair_rows if r["be_block_us"] is not None), None)
+    block = f", blocks {block_us:g} µs" if block_us is not None else ""
+    title = f"**{pair}**: HP {kind} ({REQUESTS.get(kind, kind)}), BE {shape}{block}; {BUILDS.get(build, build)}"
+    base = Baselines(rows)
+    repeats = sorted({r["repeat"] for r in pair_rows})
+    hp = [base.hp.get((x, rho, kind)) for x in repeats]
+    thp = [base.tally_hp.get((x, rho, kind)) for x in repeats]
+    bes = [base.be.get((x, shape, block_us, build)) for x in repeats]
+    facts = []
+    if any(hp):
+        facts.append("HP alone p50 {:.0f} µs, p99 {:.0f} µs".format(
+            statistics.median(h["service_us"]["p50"] for h in hp if h),
+            statistics.median(h["service_us"]["p99"] for h in hp if h)))
+    if any(thp):
+        facts.append("through tallyd alone p99 {:.0f} µs".format(
+            statistics.median(h["service_us"]["p99"] for h in thp if h)))
+    if any(bes):
+        facts.append("BE alone {:.1f} iterations/s".format(statistics.median(b["iterations_per_s"] for b in bes if b)))
+    return title, repeats, facts
+
+
+def pair_table(pair, build, rows, norm, rho):
+    title, repeats, facts = describe_pair(pair, build, rows, rho)
+    lines = [f"{title}; ρ = {rho}, {len(repeats)} repeat(s)" + (": median (min–max)" if len(repeats) > 1 else ""),
+             ""]
+    if facts:
+        lines += ["; ".join(facts) + ".", ""]
+    lines += ["| system | HP p50 × alone | HP p99 × alone | BE × alone |", "|---|---:|---:|---:|"]
+    systems = norm.get((pair, build, rho), {})
+    for system in sorted(systems, key=system_order):
+        v = systems[system]
+        lines.append(f"| {label(system)} | {cell(v, 'p50')} | {cell(v, 'p99')} | {cell(v, 'be')} |")
+    return lines + [""]
+
+
+def sweep_table(pair, build, norm, rhos):
+    systems = sorted({s for x in rhos for s in norm.get((pair, build, x), {})}, key=system_order)
+    lines = [f"**Load sweep, {pair}** ({build}): HP p99 × alone / BE × alone", "",
+             "| ρ | " + " | ".join(label(s) for s in systems) + " |", "|---:|" + "---:|" * len(systems)]
+    for x in rhos:
+        runs = norm.get((pair, build, x), {})
+        lines.append(f"| {x} | " + " | ".join(f"{cell(runs.get(s, []), 'p99')} / {cell(runs.get(s, []), 'be')}"
+                                              for s in systems) + " |")
+    return lines + [""]
+
+
+def pairs_and_builds(rows):
+    seen = []
+    for r in rows:
+        if r["pair"] and (r["pair"], r["be_build"]) not in seen:
+            seen.append((r["pair"], r["be_build"]))
+    return seen
+
+
+def section(rows, clocks, rho):
+    norm = normalized(rows)
     lines = [BEGIN, ""]
-    alone = absolute(rows, rho, "hp-alone", "service_us")
-    talone = absolute(rows, rho, "tally-hp-alone", "service_us")
-    if alone:
-        lines.append(f"HP alone (native): service p50 {statistics.median(a['p50'] for a in alone):.0f} µs, "
-                     f"p99 {statistics.median(a['p99'] for a in alone):.0f} µs. HP alone through tallyd (no BE): "
-                     + (f"p50 {statistics.median(a['p50'] for a in talone):.0f} µs, "
-                        f"p99 {statistics.median(a['p99'] for a in talone):.0f} µs." if talone else "not run."))
-        lines.append("")
-    for build, title in (("ptx", "BE built with PTX (transformable)"), ("sass", "BE built SASS-only (code=sm_90)")):
-        lines += [f"**{title}**, ρ = {rho}, {len(repeats)} repeats: median (min–max)", "",
-                  "| system | HP service p50 × | HP service p99 × | HP response p99 × | BE throughput × | system throughput |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for system in SYSTEMS:
-            v = norm.get((system, build), [])
-            if not v:
-                continue
-            lines.append(f"| {LABELS[system]} | {cell(v, 'p50')} | {cell(v, 'p99')} | {cell(v, 'resp_p99')} | "
-                         f"{cell(v, 'be')} | {cell(v, 'system_tput')} |")
-        lines.append("")
-    sweep = sorted({r["rho"] for r in rows if r["rho"] != rho})
-    if sweep:
-        lines += ["**Load sweep** (BE with PTX, one run each): HP service p99 × and BE throughput ×", "",
-                  "| ρ | native p99 × | native BE × | tallyd priority p99 × | tallyd priority BE × |", "|---:|---:|---:|---:|---:|"]
-        for x in sweep:
-            be_alone = [r for r in rows if r["system"] == "be-alone" and r["be_build"] == "ptx" and r["repeat"] == 1]
-            # be-alone was measured at ρ = 0.5 in the same session: reuse it for the sweep.
-            fixed = [dict(r, rho=x) for r in be_alone] + [r for r in rows if r["rho"] == x]
-            n = normalized(fixed, x)
-            nat, pri = n.get(("native", "ptx"), []), n.get(("tally-priority", "ptx"), [])
-            lines.append(f"| {x} | {cell(nat, 'p99')} | {cell(nat, 'be')} | {cell(pri, 'p99')} | {cell(pri, 'be')} |")
-        lines.append("")
+    for pair, build in pairs_and_builds(rows):
+        if (pair, build, rho) in norm:
+            lines += pair_table(pair, build, rows, norm, rho)
+        sweep = sorted({x for (p, b, x) in norm if p == pair and b == build and x != rho})
+        if sweep:
+            lines += sweep_table(pair, build, norm, sweep)
     if clocks:
-        lines.append(f"GPU SM clock during the runs: {clocks}.")
-        lines.append("")
+        lines += [f"GPU SM clock during the runs: {clocks}.", ""]
     lines.append(END)
     return "\n".join(lines)
+
+
+def summary(rows, rho):
+    """The tables' numbers as JSON: pairs -> build -> rho -> system -> metric -> spread."""
+    out = {"main_rho": rho, "pairs": {}}
+    for (pair, build, x), systems in normalized(rows).items():
+        target = out["pairs"].setdefault(pair, {}).setdefault(build, {}).setdefault(str(x), {})
+        for system, runs in systems.items():
+            target[system] = {key: spread([v[key] for v in runs if v]) for key in ("p50", "p99", "resp_p99", "be")}
+            target[system]["runs"] = len(runs)
+            target[system]["failed"] = sum(1 for v in runs if v is None)
+    return out
 
 
 def clock_summary(path):
@@ -145,29 +251,48 @@ def clock_summary(path):
             f"(median {statistics.median(busy or clocks):.0f} MHz)")
 
 
-def plot(rows, path):
+def plot(rows, rho, path):
     plt = markdown_region.pyplot("report.py")
     if plt is None:
         return
-    norm = normalized(rows, 0.5)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
-    for ax, build in zip(axes, ("ptx", "sass")):
-        for system in SYSTEMS:
-            v = norm.get((system, build), [])
-            if not v:
+    norm = normalized(rows)
+    panels = [(p, b) for p, b in pairs_and_builds(rows) if (p, b, rho) in norm]
+    if not panels:
+        print("report.py: nothing to plot", file=sys.stderr)
+        return
+    import matplotlib.ticker  # importable once pyplot is
+    systems = sorted({s for p, b in panels for s, runs in norm[(p, b, rho)].items() if any(runs)}, key=system_order)
+    # One marker (shape and colour) per system, the same in every panel.
+    shapes = "osD^v<>pXh*P"
+    style = {s: (shapes[i % len(shapes)], f"C{i % 10}") for i, s in enumerate(systems)}
+    cols = min(3, len(panels))
+    rows_n = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5 * cols, 4.2 * rows_n), squeeze=False)
+    for ax, (pair, build) in zip(axes.flat, panels):
+        for system, runs in norm[(pair, build, rho)].items():
+            ok = [v for v in runs if v]
+            if not ok:
                 continue
-            xs = [x["be"] for x in v]
-            ys = [x["p99"] for x in v]
-            ax.scatter(xs, ys, label=LABELS[system])
-            ax.annotate(system.replace("tally-", ""), (statistics.median(xs), statistics.median(ys)), fontsize=7)
+            marker, color = style[system]
+            ax.scatter([statistics.median(v["be"] for v in ok)], [statistics.median(v["p99"] for v in ok)],
+                       marker=marker, color=color, label=label(system))
         ax.axhline(1.03, color="red", linestyle="--", linewidth=0.8)
         ax.axvline(0.6, color="red", linestyle="--", linewidth=0.8)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        low, high = ax.get_ylim()
+        if high / low < 10:  # under a decade the minor ticks are the only labels
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_xlabel("BE throughput (× BE alone)")
-        ax.set_title(f"BE {build.upper()}: target = lower right of the red lines")
-    axes[0].set_ylabel("HP service p99 (× HP alone)")
-    axes[1].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+        ax.set_ylabel("HP service p99 (× HP alone)")
+        ax.set_title(f"{pair} ({build}), ρ = {rho}", fontsize=10)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    handles = [plt.Line2D([], [], linestyle="", marker=style[s][0], color=style[s][1], label=label(s))
+               for s in systems]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.suptitle("HP p99 vs BE throughput; target = lower right of the red lines", fontsize=11)
+    fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(systems) + 2) // 3), 1, 0.96))
     fig.savefig(path, dpi=110)
 
 
@@ -177,12 +302,17 @@ def main():
     p.add_argument("--clocks")
     p.add_argument("--markdown")
     p.add_argument("--plot")
+    p.add_argument("--json", help="write the tables' numbers here")
+    p.add_argument("--rho", type=float, help="the main load (default: the load of most runs)")
     a = p.parse_args()
     rows = load(a.runs)
-    text = section(rows, clock_summary(a.clocks))
-    markdown_region.publish(text, a.markdown, BEGIN, END)
+    rho = main_rho(rows, a.rho)
+    markdown_region.publish(section(rows, clock_summary(a.clocks), rho), a.markdown, BEGIN, END)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary(rows, rho), f, indent=1)
     if a.plot:
-        plot(rows, a.plot)
+        plot(rows, rho, a.plot)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,11 @@ for p in $PAIRS; do
   [[ $(pair_kind "$p") =~ ^(small|large)$ ]] || die "pair $p: request kind must be small or large"
   be=$(pair_be "$p")
   [[ ${be%@*} =~ ^(mixed|long|short|mem)$ ]] || die "pair $p: shape must be mixed, long, short or mem"
-  [[ ${be%@*} != mixed || $be == mixed@ ]] || die "pair $p: mixed has no block length"
-  [[ ${be#*@} =~ ^[0-9.]*$ ]] || die "pair $p: block length must be a number of µs"
+  if [[ ${be%@*} == mixed ]]; then
+    [[ $be == mixed@ ]] || die "pair $p: mixed has no block length"
+  else
+    [[ ${be#*@} =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "pair $p: block length must be a number of µs"
+  fi
 done
 for b in $BUILDS; do [[ $b =~ ^(ptx|sass)$ ]] || die "build $b: expected ptx or sass"; done
 known_system() {
@@ -90,8 +93,8 @@ known_system() {
 for s in $SYSTEMS; do known_system "$s" || die "unknown system $s"; done
 KINDS=$(for p in $PAIRS; do pair_kind "$p"; done | sort -u | xargs)
 BES=$(for p in $PAIRS; do pair_be "$p"; done | sort -u | xargs)
-FIRST_PAIR=${PAIRS%% *}
-FIRST_BUILD=${BUILDS%% *}
+read -r FIRST_PAIR _ <<<"$PAIRS"
+read -r FIRST_BUILD _ <<<"$BUILDS"
 
 # --- Time estimate: each process run pays ~STARTUP s (CUDA init, tallyd start, warm-up) ---
 STARTUP=1.5
@@ -338,9 +341,9 @@ for repeat in $(seq 1 "$REPEATS"); do
   done
   for build in $BUILDS; do
     for be_key in $BES; do
-      first=$([[ -z ${BLOCK_ITERATIONS[$be_key:$build]:-} ]] && echo 1 || echo 0)
+      calibrated=${BLOCK_ITERATIONS[$be_key:$build]:-}
       be_alone "$repeat" "$be_key" "$build" "$RHO"
-      [[ $first == 1 ]] && warm_tallyd "$be_key" "$build"
+      [[ -n $calibrated ]] || warm_tallyd "$be_key" "$build"  # first time: warm tallyd with this BE
     done
     for pair in $PAIRS; do
       # shellcheck disable=SC2086  # one argument per system
