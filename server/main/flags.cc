@@ -28,6 +28,7 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_flag("--no-gate", f.noGate, "priority: do not hold best-effort kernels while HP runs (ablation)");
   app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (ablation)");
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
+  app.add_option("--hp-poll-us", f.hpPollMicros, "how long an HP tenant's session thread polls its socket before it sleeps, µs");
   app.add_option("--sm-partition", f.smPartition,
                  "priority: off, N or N:overlap — N SMs for HP while HP and best-effort tenants are both active");
   app.add_option("--partition-idle-ms", f.partitionIdleMillis, "priority: a class idle this long ends the SM split, ms");
@@ -69,6 +70,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
       return false;
     }
   }
+  if (f.hpPollMicros) config.highPriorityPollMicros = *f.hpPollMicros;
   if (f.partitionIdleMillis) sched.partitionIdleMillis = *f.partitionIdleMillis;
   if (f.partitionGate) sched.partitionGate = true;
   sched.profilesPath = config.cacheDir + "/kernel-durations.tsv";

@@ -20,6 +20,7 @@ struct CommandLine {
   std::string logLevel, transform, cacheDir, libraryDir, traceCalls, policy, tlsCert, tlsKey, tlsClientCa;
   std::optional<double> budgetMicros, idleWindowMicros, partitionIdleMillis;
   std::optional<std::string> smPartition;
+  std::optional<unsigned> hpPollMicros;
   bool noGate = false, noTransforms = false, noStreamPriorities = false, partitionGate = false;
 };
 
