@@ -40,6 +40,46 @@ bool PartitionSplit::split(Nanos now) const {
          now - lastBe_.load(std::memory_order_relaxed) < idleWindow_;
 }
 
+double PartitionController::p99(std::vector<double>& samples) {
+  size_t k = (samples.size() * 99) / 100;
+  if (k >= samples.size()) k = samples.size() - 1;
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k), samples.end());
+  return samples[k];
+}
+
+void PartitionController::observeHpWait(double micros) {
+  window_.push_back(micros);
+  if (mode_ == Mode::kSplit) ++splitSince_;
+  if (window_.size() >= knobs_.window) finishWindow();
+}
+
+void PartitionController::finishWindow() {
+  const double tail = p99(window_);
+  window_.clear();
+  switch (mode_) {
+    case Mode::kSplit:
+      splitP99_ = tail;
+      if (splitSince_ >= probeEvery_) {
+        mode_ = Mode::kProbing;
+        ++probes_;
+      }
+      return;
+    case Mode::kProbing:
+    case Mode::kSharing:
+      sharedP99_ = tail;
+      if (splitP99_ > 0 && tail <= knobs_.tolerance * splitP99_) {
+        if (mode_ == Mode::kProbing) probeEvery_ = knobs_.probeEvery;  // sharing pays: forget the back-off
+        mode_ = Mode::kSharing;
+        return;
+      }
+      // Sharing hurts HP: split again, and probe less often while it keeps hurting.
+      if (mode_ == Mode::kProbing) probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
+      mode_ = Mode::kSplit;
+      splitSince_ = 0;
+      return;
+  }
+}
+
 LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
   LaunchChoice c;
   bool learning = !f.originalMicros || f.launchesSeen < k.measureFirst;

@@ -55,6 +55,47 @@ class PartitionSplit {
   std::atomic<Nanos> lastBe_{kLongAgo};
 };
 
+// Whether splitting the SMs pays for the pair of tenants at hand, learned online from HP's
+// synchronizing waits. A split bounds what HP waits for behind BE blocks, at the price of HP's
+// own speed on its partition and BE's on the rest; when BE's blocks are short, sharing every SM
+// may serve HP as well and BE better. The controller starts split (the safe side), and every
+// `probeEvery` HP waits it shares for `window` waits: if HP's p99 while sharing is within
+// `tolerance` of its p99 while split, it keeps sharing (re-checking each window), else it goes
+// back to splitting and waits twice as long before the next probe. CUDA-free, one caller at a
+// time (the policy's lock).
+class PartitionController {
+ public:
+  struct Knobs {
+    size_t window = 200;         // HP waits per measurement
+    size_t probeEvery = 2000;    // split HP waits before the first probe of sharing
+    size_t maxProbeEvery = 64000;
+    double tolerance = 1.1;      // sharing is kept while its p99 <= tolerance x split's p99
+  };
+  PartitionController() : PartitionController(Knobs{}) {}
+  explicit PartitionController(Knobs knobs) : knobs_(knobs), probeEvery_(knobs.probeEvery) {}
+  // An HP tenant's synchronizing wait of `micros`, while BE was active (waits of HP alone say
+  // nothing about the pair and are ignored).
+  void observeHpWait(double micros);
+  bool wantSplit() const { return mode_ != Mode::kSharing && mode_ != Mode::kProbing; }
+  uint64_t probes() const { return probes_; }
+  // The p99 of the last full window in each mode (0: none yet), for logs and tests.
+  double splitP99() const { return splitP99_; }
+  double sharedP99() const { return sharedP99_; }
+
+ private:
+  enum class Mode { kSplit, kProbing, kSharing };
+  static double p99(std::vector<double>& samples);
+  void finishWindow();
+
+  Knobs knobs_;
+  Mode mode_ = Mode::kSplit;
+  size_t probeEvery_;
+  size_t splitSince_ = 0;  // waits seen split since the last probe
+  std::vector<double> window_;
+  double splitP99_ = 0, sharedP99_ = 0;
+  uint64_t probes_ = 0;
+};
+
 // What a BE kernel runs as.
 enum class VariantKind { kOriginal, kSliced, kPtb };
 struct LaunchChoice {

@@ -48,6 +48,72 @@ TEST(PartitionSplit, NeverSplitsForOneClass) {
   for (Nanos t = 0; t < 100 * kUs; t += kUs) EXPECT_FALSE(q.noteWork(false, t));
 }
 
+// Feeds `count` HP waits of `micros` each (with every 50th ten times longer: a tail).
+void feed(PartitionController& c, size_t count, double micros) {
+  for (size_t i = 0; i < count; ++i) c.observeHpWait(i % 50 == 49 ? micros * 10 : micros);
+}
+
+PartitionController::Knobs smallKnobs() {
+  PartitionController::Knobs k;
+  k.window = 100;
+  k.probeEvery = 300;
+  k.maxProbeEvery = 1200;
+  return k;
+}
+
+TEST(PartitionController, StartsSplitAndKeepsSharingWhenItServesHpAsWell) {
+  PartitionController c(smallKnobs());
+  EXPECT_TRUE(c.wantSplit());
+  feed(c, 300, 400);  // split: p99 4 ms
+  EXPECT_FALSE(c.wantSplit()) << "probes sharing after probeEvery waits";
+  EXPECT_EQ(c.probes(), 1u);
+  EXPECT_NEAR(c.splitP99(), 4000, 1);
+  feed(c, 100, 300);  // sharing serves HP better (short BE blocks)
+  EXPECT_FALSE(c.wantSplit());
+  EXPECT_NEAR(c.sharedP99(), 3000, 1);
+  feed(c, 1000, 300);  // and keeps doing so
+  EXPECT_FALSE(c.wantSplit());
+  EXPECT_EQ(c.probes(), 1u);
+}
+
+TEST(PartitionController, SplitsAgainWhenSharingHurtsAndBacksOff) {
+  PartitionController c(smallKnobs());
+  feed(c, 300, 400);
+  ASSERT_FALSE(c.wantSplit());
+  feed(c, 100, 4000);  // sharing: HP waits behind long BE blocks
+  EXPECT_TRUE(c.wantSplit());
+  feed(c, 300, 400);   // the next probe waits twice as long
+  EXPECT_TRUE(c.wantSplit());
+  feed(c, 300, 400);
+  EXPECT_FALSE(c.wantSplit());
+  EXPECT_EQ(c.probes(), 2u);
+  feed(c, 100, 4000);
+  EXPECT_TRUE(c.wantSplit());
+  feed(c, 1200, 400);  // capped at maxProbeEvery
+  EXPECT_FALSE(c.wantSplit());
+  EXPECT_EQ(c.probes(), 3u);
+}
+
+TEST(PartitionController, SharingThatStartsHurtingSplitsWithinAWindow) {
+  PartitionController c(smallKnobs());
+  feed(c, 300, 400);
+  feed(c, 100, 300);
+  ASSERT_FALSE(c.wantSplit());
+  feed(c, 99, 5000);  // BE turned to long blocks: one window later HP is split again
+  EXPECT_FALSE(c.wantSplit());
+  c.observeHpWait(5000);
+  EXPECT_TRUE(c.wantSplit());
+}
+
+TEST(PartitionController, WithinToleranceCountsAsServingAsWell) {
+  PartitionController c(smallKnobs());
+  feed(c, 300, 400);
+  feed(c, 100, 430);  // 7.5 % slower: within 10 %
+  EXPECT_FALSE(c.wantSplit());
+  feed(c, 100, 460);  // 15 % slower: split
+  EXPECT_TRUE(c.wantSplit());
+}
+
 TEST(HpActivity, NewHpWorkRestartsTheIdleWindow) {
   HpActivity a(100 * kUs);
   a.submitted(0);
