@@ -34,10 +34,6 @@ struct ApiServices {
   unsigned highPriorityInlineWaitMicros = 2000;
   // Kernel variants for best-effort tenants' modules; null when transforms are off.
   transform::VariantStore* variants = nullptr;
-  // Test aid (transform = "stress"): best-effort launches run as random variants, PTB ones
-  // preempted at random points; the application must not notice.
-  bool stress = false;
-  uint64_t stressSeed = 0;
   // How launches reach the GPU (server/scheduler); never null once tallyd runs.
   scheduler::Policy* policy = nullptr;
   // Notices a fault of the shared context and says what each tenant is told (null: statuses as is).

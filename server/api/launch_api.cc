@@ -4,12 +4,12 @@
 
 #include "server/api/request_checks.h"
 #include "server/gpu/variant_launch.h"
-#include "server/scheduler/passthrough_policy.h"
+#include "server/scheduler/launcher.h"
+#include "server/scheduler/policy.h"
 
 #include <algorithm>
 #include <array>
 #include <optional>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -97,53 +97,6 @@ gpu::LaunchShape shapeOf(wire::LaunchKernel::Reader args) {
   return shape;
 }
 
-// Blocks of `variant` one full wave holds at this shape; 0 when the variant cannot run it at all
-// although the original can (more registers, or the PTB variant's own 16 bytes of shared memory
-// on top of a launch that uses the limit).
-uint64_t residentBlocks(CUfunction variant, const session::FunctionState& f, const gpu::LaunchShape& shape) {
-  int perSm = 0;
-  int threads = static_cast<int>(shape.block[0] * shape.block[1] * shape.block[2]);
-  if (variant == nullptr ||
-      cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, variant, threads, shape.sharedMem) != CUDA_SUCCESS) {
-    return 0;
-  }
-  return uint64_t(std::max(perSm, 0)) * f.gpu->multiprocessors();
-}
-
-// Stress mode: the original, the sliced variant over 2-16 slices, or the PTB variant with a
-// random worker count and chunk, half of the PTB launches preempted 1-3 times at random points.
-CUresult stressLaunch(CallContext& ctx, session::FunctionState& f, session::StreamState& s,
-                      const gpu::LaunchShape& shape, gpu::KernelParams params) {
-  thread_local std::mt19937_64 rng(ctx.services().stressSeed ^ (ctx.tenant().id() * 0x9e3779b97f4a7c15ull));
-  const uint64_t total = shape.blocks();
-  auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
-  uint64_t choice = pick(0, 3);
-  auto& counters = ctx.tenant().counters();
-  if (choice == 1 && total > 1 && residentBlocks(f.sliced, f, shape) > 0) {
-    counters.slicedLaunches.fetch_add(1, std::memory_order_relaxed);
-    return gpu::launchSliced(f.sliced, shape, s.stream, params, pick(2, std::min<uint64_t>(16, total)));
-  }
-  const gpu::PtbHelpers* trigger = f.gpu->ptbHelpers();
-  uint64_t resident = choice >= 2 ? residentBlocks(f.ptb, f, shape) : 0;
-  if (resident > 0 && trigger != nullptr && ctx.tenant().streams().prepareVariants(s)) {
-    counters.ptbLaunches.fetch_add(1, std::memory_order_relaxed);
-    gpu::PtbWorkers workers{pick(1, resident), static_cast<uint32_t>(pick(1, 4))};
-    gpu::PtbControl control{s.ptbControl, s.ptbControl + 8};
-    if (choice == 2 || total < 2) {
-      if (CUresult r = gpu::resetPtb(control, s.stream); r != CUDA_SUCCESS) return r;
-      return gpu::launchPtb(f.ptb, shape, s.stream, params, workers, control);
-    }
-    std::vector<uint64_t> thresholds(pick(1, 3));
-    for (uint64_t& t : thresholds) t = pick(1, total - 1);
-    std::sort(thresholds.begin(), thresholds.end());
-    counters.preemptions.fetch_add(thresholds.size(), std::memory_order_relaxed);
-    return gpu::launchPtbPreempted(f.ptb, shape, s.stream, s.variantSide, params, workers, control, thresholds,
-                                   *trigger);
-  }
-  return cuLaunchKernel(f.function, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1],
-                        shape.block[2], shape.sharedMem, s.stream, params.values, nullptr);
-}
-
 scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f, session::StreamState& s,
                                      wire::LaunchKernel::Reader args, void** params) {
   auto& counters = ctx.tenant().counters();
@@ -166,6 +119,12 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
   k.ptbLaunches = &counters.ptbLaunches;
   k.preemptions = &counters.preemptions;
   k.held = &counters.held;
+  k.variantStreams = [&ctx, s = &s](CUstream& side, CUdeviceptr& control) {
+    if (!ctx.tenant().streams().prepareVariants(*s)) return false;
+    side = s->variantSide;
+    control = s->ptbControl;
+    return true;
+  };
   return k;
 }
 
@@ -194,21 +153,18 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
   k.attributes = attributes.view();
-  const bool plain = k.attributes.empty();
-  if (!plain) k.sliced = k.ptb = nullptr;
+  if (!k.attributes.empty()) k.sliced = k.ptb = nullptr;
   scheduler::Policy* policy = ctx.services().policy;
   CUresult r;
   if (ctx.tenant().streams().capturing(*s)) {
     // Captured, not run: the graph gets the original kernel. The scheduler's gate, variants and
     // marks (events, stream writes) would be captured too and replayed out of place; graph
     // launches go through the policy instead (graph_api.cc).
-    r = scheduler::launchOriginal(k, params);
-  } else if (plain && ctx.services().stress && (f->sliced != nullptr || f->ptb != nullptr)) {
-    r = stressLaunch(ctx, *f, *s, k.shape, gpu::KernelParams{params, f->params.size()});
+    r = scheduler::driverLauncher().launchOriginal(k, params);
   } else if (policy != nullptr) {
     r = policy->launch(k);
   } else {
-    r = scheduler::launchOriginal(k, params);
+    r = scheduler::driverLauncher().launchOriginal(k, params);
   }
   ctx.finish(r);
 }

@@ -8,8 +8,6 @@
 namespace tally::server::gpu {
 namespace {
 
-constexpr uint64_t kMaxGridX = (uint64_t(1) << 31) - 1;
-
 // The kernel's own parameters followed by pointers to `extra`.
 std::vector<void*> withExtras(KernelParams params, std::initializer_list<void*> extra) {
   std::vector<void*> all(params.values, params.values + params.count);
@@ -29,11 +27,6 @@ CUresult join(CUstream waiter, CUstream signaller) {
 }
 
 }  // namespace
-
-uint64_t sliceSize(uint64_t blocks, uint64_t slices) {
-  slices = std::max<uint64_t>(slices, 1);
-  return std::clamp<uint64_t>((blocks + slices - 1) / slices, 1, kMaxGridX);
-}
 
 CUresult launchSliceRange(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
                           uint64_t offset, uint32_t count) {

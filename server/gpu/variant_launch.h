@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -39,9 +40,15 @@ struct KernelParams {
 CUresult launchSliceRange(CUfunction sliced, const LaunchShape& shape, CUstream stream, KernelParams params,
                           uint64_t offset, uint32_t count);
 
+// The most blocks of a grid's x.
+inline constexpr uint64_t kMaxGridX = (uint64_t(1) << 31) - 1;
+
 // The block count of each slice when a grid of `blocks` is cut into `slices` (at least one
-// block each, at most 2^31-1).
-uint64_t sliceSize(uint64_t blocks, uint64_t slices);
+// block each, at most 2^31-1). Inline: the scheduler's CPU tests use it without the driver.
+inline uint64_t sliceSize(uint64_t blocks, uint64_t slices) {
+  slices = std::max<uint64_t>(slices, 1);
+  return std::clamp<uint64_t>((blocks + slices - 1) / slices, 1, kMaxGridX);
+}
 
 // Launches the sliced variant of a kernel launched with `shape` as `slices` launches (more if a
 // slice would exceed the 2^31-1 blocks of a grid's x), each over the next contiguous range.

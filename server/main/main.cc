@@ -224,6 +224,10 @@ int run(int argc, char** argv) {
   services.highPriorityPollMicros = config.highPriorityPollMicros;
   services.handshakeTimeoutMs = config.handshakeTimeoutMs;
   services.auth = config.auth;
+  if (config.transform == "stress" && !gpus.empty()) {
+    config.scheduler.stress = true;
+    config.scheduler.stressSeed = config.stressSeed != 0 ? config.stressSeed : std::random_device{}();
+  }
   std::unique_ptr<scheduler::Policy> policyImpl = scheduler::makePolicy(config.scheduler, services.gpus, error);
   if (!policyImpl) {
     spdlog::error("{}", error);
@@ -246,10 +250,9 @@ int run(int argc, char** argv) {
                      config.transform == "stress" ? transform::VariantStore::Mode::kWait
                                                   : transform::VariantStore::Mode::kLazy);
     apiServices.variants = &*variants;
-    apiServices.stress = config.transform == "stress";
-    apiServices.stressSeed = config.stressSeed != 0 ? config.stressSeed : std::random_device{}();
     spdlog::info("kernel transforms {} for best-effort tenants, compiled variants in {}{}", config.transform,
-                 config.cacheDir, apiServices.stress ? fmt::format(" (STRESS MODE, seed {})", apiServices.stressSeed) : "");
+                 config.cacheDir,
+                 config.scheduler.stress ? fmt::format(" (STRESS MODE, seed {})", config.scheduler.stressSeed) : "");
   }
   spdlog::info("{} tenant rule{}, authentication {}; at most {} connections, {} ms for a handshake",
                config.auth.tenants.size(), config.auth.tenants.size() == 1 ? "" : "s",

@@ -12,26 +12,7 @@ CUresult PassthroughPolicy::launch(const KernelLaunch& k) {
     built = parameterPointers(k);
     params = built.data();
   }
-  return launchOriginal(k, params);
-}
-
-CUresult launchOriginal(const KernelLaunch& k, void** params) {
-  if (k.attributes.empty()) {
-    return cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
-                          k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params, nullptr);
-  }
-  CUlaunchConfig config{};
-  config.gridDimX = k.shape.grid[0];
-  config.gridDimY = k.shape.grid[1];
-  config.gridDimZ = k.shape.grid[2];
-  config.blockDimX = k.shape.block[0];
-  config.blockDimY = k.shape.block[1];
-  config.blockDimZ = k.shape.block[2];
-  config.sharedMemBytes = k.shape.sharedMem;
-  config.hStream = k.stream;
-  config.attrs = const_cast<CUlaunchAttribute*>(k.attributes.data());
-  config.numAttrs = static_cast<unsigned>(k.attributes.size());
-  return cuLaunchKernelEx(&config, k.original, params, nullptr);
+  return launcher_.launchOriginal(k, params);
 }
 
 std::vector<void*> parameterPointers(const KernelLaunch& k) {

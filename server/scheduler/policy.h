@@ -1,8 +1,9 @@
 // The scheduler's interface to the rest of tallyd. A policy sees every kernel launch of every
 // tenant (and is told about their other stream work) and decides how and when it reaches the
-// GPU. Policies: "passthrough" (straight to the tenant's stream: the shared-context baseline)
-// and "priority" (priority_policy.h). A new policy is one new class and a line in makePolicy.
-// See docs/scheduler.md.
+// GPU, which it reaches through a Launcher (launcher.h). Policies: "passthrough" (straight to the
+// tenant's stream: the shared-context baseline) and "priority" (priority_policy.h); "stress"
+// (stress_policy.h) wraps either for the `--transform stress` test aid. A new policy is one new
+// class and a line in makePolicy. See docs/scheduler.md.
 #pragma once
 
 #include <cuda.h>
@@ -36,6 +37,10 @@ struct SchedulerConfig {
   double partitionIdleMillis = 200;   // a class idle this long no longer keeps the GPU split
   bool partitionGate = false;         // also gate and transform BE work while split (ablation)
   std::string profilesPath;            // learned kernel durations; empty: not kept
+  // Test aid (transform = "stress"): every launch of a kernel with variants runs as a random
+  // variant, PTB ones preempted at random points (stress_policy.h); the application must not notice.
+  bool stress = false;
+  uint64_t stressSeed = 0;
 };
 
 // One kernel launch as the API layer hands it over. Pointers are valid during the call only.
@@ -64,6 +69,10 @@ struct KernelLaunch {
   std::atomic<uint64_t>* ptbLaunches = nullptr;
   std::atomic<uint64_t>* preemptions = nullptr;
   metrics::LatencyHistogram* held = nullptr;       // launches the policy held back, and how long
+  // The stream's side stream and PTB control block (StreamTable::prepareVariants), made on first
+  // use; false when they cannot be. Only the stress policy asks (the priority policy keeps its
+  // own control words per tenant).
+  std::function<bool(CUstream& side, CUdeviceptr& control)> variantStreams;
 };
 
 // GPU work the scheduler cannot split or look into — a graph launch (its kernels run as
@@ -93,7 +102,7 @@ class Policy {
     (void)highPriority, (void)g;
     return gpu::Placement::kWholeGpu;
   }
-  // Enqueues (or arranges) a kernel launch (the original kernel via launchOriginal).
+  // Enqueues (or arranges) a kernel launch, through the policy's Launcher.
   virtual CUresult launch(const KernelLaunch& k) = 0;
   // Enqueues opaque work; by default at once. afterWork follows it, as for other stream work.
   virtual CUresult runOpaque(const OpaqueWork& w) {
@@ -111,8 +120,9 @@ class Policy {
   virtual std::string summary() const = 0;
 };
 
-// The policy `config.policy` names for these GPUs, or nullptr with `error`. Whatever a policy
-// needs from the driver it takes here, at startup: on the launch path a context-wide call
+// The policy `config.policy` names for these GPUs (wrapped in the stress policy when
+// `config.stress`), on driverLauncher() and steadyClock(), or nullptr with `error`. Whatever a
+// policy needs from the driver it takes here, at startup: on the launch path a context-wide call
 // (pinned allocation, module load) could wait for another tenant's kernel that waits for this
 // tenant's next call.
 std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, const std::vector<gpu::Gpu*>& gpus,

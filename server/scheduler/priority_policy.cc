@@ -3,9 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstdint>
-#include <ctime>
 
 #include "server/scheduler/passthrough_policy.h"
 
@@ -14,32 +13,18 @@ namespace {
 
 constexpr size_t kWordsPerGpu = 16384;
 constexpr size_t kLanesPerGpu = 4096;  // BE tenants with PTB kernels on one GPU at once
-constexpr auto kMonitorPeriod = std::chrono::microseconds(10);
-constexpr auto kWaitPeriod = std::chrono::microseconds(10);  // a BE thread's polling while held
+constexpr Nanos kMonitorPeriod = 10'000;
+constexpr Nanos kWaitPeriod = 10'000;  // a BE thread's polling while held
 constexpr size_t kMaxInFlight = 2;  // BE kernels of one tenant on the GPU at once ...
-constexpr auto kMaxInFlightWait = std::chrono::milliseconds(1);  // ... unless they take longer than this
+constexpr Nanos kMaxInFlightWait = 1'000'000;  // ... unless they take longer than this
 constexpr unsigned kPtbResumes = 4;  // retreats a PTB launch honours before it runs to the end
-
-Nanos now() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+constexpr Nanos kSaveProfilesEvery = 30'000'000'000;
 
 std::string shapeKey(const KernelLaunch& k) {
   const auto& s = k.shape;
   return *k.profileKey + "/" + std::to_string(s.grid[0]) + "x" + std::to_string(s.grid[1]) + "x" +
          std::to_string(s.grid[2]) + "/" + std::to_string(s.block[0]) + "x" + std::to_string(s.block[1]) + "x" +
          std::to_string(s.block[2]) + "/" + std::to_string(s.sharedMem);
-}
-
-// Blocks of `f` one wave holds at this shape (0: it cannot run it).
-uint64_t waveBlocks(CUfunction f, const gpu::Gpu& g, const gpu::LaunchShape& shape) {
-  int perSm = 0;
-  int threads = static_cast<int>(shape.block[0] * shape.block[1] * shape.block[2]);
-  if (f == nullptr || cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, f, threads, shape.sharedMem) != CUDA_SUCCESS) {
-    return 0;
-  }
-  return uint64_t(std::max(perSm, 0)) * g.multiprocessors();
 }
 
 // Counts a launch held back for `micros` in the tenant's counters (tallyctl stats).
@@ -54,13 +39,12 @@ void countHeld(const KernelLaunch& k, double micros) {
 
 bool MappedWords::allocate(size_t count, std::string& error) {
   void* host = nullptr;
-  if (CUresult r = cuMemHostAlloc(&host, count * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
-      r != CUDA_SUCCESS) {
+  if (CUresult r = launcher_.allocMappedHost(count * sizeof(uint32_t), host); r != CUDA_SUCCESS) {
     error = "cuMemHostAlloc of the scheduler's words: CUresult " + std::to_string(r);
     return false;
   }
   host_ = static_cast<uint32_t*>(host);
-  if (CUresult r = cuMemHostGetDevicePointer(&device_, host, 0); r != CUDA_SUCCESS) {
+  if (CUresult r = launcher_.mappedDevicePointer(host, device_); r != CUDA_SUCCESS) {
     error = "cuMemHostGetDevicePointer of the scheduler's words: CUresult " + std::to_string(r);
     return false;
   }
@@ -69,7 +53,7 @@ bool MappedWords::allocate(size_t count, std::string& error) {
 }
 
 MappedWords::~MappedWords() {
-  if (host_ != nullptr) cuMemFreeHost(host_);
+  if (host_ != nullptr) launcher_.freeHost(host_);
 }
 
 int MappedWords::take(uint32_t initial) {
@@ -89,8 +73,9 @@ void MappedWords::give(int word) {
 
 // ---- the policy --------------------------------------------------------------------------------
 
-PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, std::string& error)
-    : config_(std::move(config)) {
+PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, Launcher& launcher,
+                               Clock& clock, std::string& error, bool monitorThread)
+    : config_(std::move(config)), launcher_(launcher), clock_(clock) {
   for (gpu::Gpu* g : gpus) {
     if (!setUp(*g, error)) return;
   }
@@ -101,7 +86,7 @@ PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gp
     if (!profiles_.load(config_.profilesPath, why)) spdlog::warn("scheduler: ignoring learned durations: {}", why);
     if (profiles_.size() > 0) spdlog::info("scheduler: {} learned kernel durations from {}", profiles_.size(), config_.profilesPath);
   }
-  monitor_ = std::thread([this] { monitor(); });
+  if (monitorThread) monitor_ = std::thread([this] { monitor(); });
 }
 
 PriorityPolicy::~PriorityPolicy() {
@@ -110,16 +95,16 @@ PriorityPolicy::~PriorityPolicy() {
   saveProfiles();
   std::lock_guard lock(mutex_);
   for (auto& [g, s] : gpus_) {
-    g->makeCurrent();
+    launcher_.makeCurrent(g);
     for (auto& m : s->measuring) {
-      cuEventDestroy(m.start);
-      cuEventDestroy(m.end);
+      launcher_.destroyEvent(m.start);
+      launcher_.destroyEvent(m.end);
     }
     for (auto [a, b] : s->eventPool) {
-      cuEventDestroy(a);
-      cuEventDestroy(b);
+      launcher_.destroyEvent(a);
+      launcher_.destroyEvent(b);
     }
-    if (s->progressPool != 0) cuMemFree(s->progressPool);
+    if (s->progressPool != 0) launcher_.freeDevice(s->progressPool);
   }
 }
 
@@ -132,30 +117,33 @@ void PriorityPolicy::saveProfiles() {
 
 std::optional<int> PriorityPolicy::streamPriority(bool highPriority, const gpu::Gpu& g) const {
   if (!config_.streamPriorities) return std::nullopt;
-  return highPriority ? g.description().streamPriorityGreatest : g.description().streamPriorityLeast;
+  auto [least, greatest] = launcher_.streamPriorityRange(&g);
+  return highPriority ? greatest : least;
 }
 
 bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
-  auto s = std::make_unique<GpuState>();
+  auto s = std::make_unique<GpuState>(launcher_);
   s->gpu = &g;
   s->activity = HpActivity(static_cast<Nanos>(config_.idleWindowMicros * 1000));
-  g.makeCurrent();
+  launcher_.makeCurrent(&g);
+  const int ordinal = launcher_.ordinal(&g);
   if (!s->words.allocate(kWordsPerGpu, error)) return false;
-  if (CUresult r = cuMemAlloc(&s->progressPool, kLanesPerGpu * sizeof(uint64_t)); r != CUDA_SUCCESS) {
-    error = "GPU " + std::to_string(g.ordinal()) + ": cannot allocate PTB progress counters: CUresult " + std::to_string(r);
+  if (CUresult r = launcher_.allocDevice(kLanesPerGpu * sizeof(uint64_t), s->progressPool); r != CUDA_SUCCESS) {
+    s->progressPool = 0;
+    error = "GPU " + std::to_string(ordinal) + ": cannot allocate PTB progress counters: CUresult " + std::to_string(r);
     return false;
   }
   s->progressUsed.assign(kLanesPerGpu, false);
   if (config_.smPartition) {
-    if (!g.partitionSms(*config_.smPartition, error)) return false;
+    if (!launcher_.partitionSms(&g, *config_.smPartition, error)) return false;
     s->split = std::make_unique<PartitionSplit>(static_cast<Nanos>(config_.partitionIdleMillis * 1e6));
-    const gpu::SmPartitions& p = *g.partitions();
-    spdlog::info("scheduler on GPU {}: SM partitions: HP {} SMs, BE {} of {} while both classes are active",
-                 g.ordinal(), p.smCount(gpu::Placement::kHpPartition), p.smCount(gpu::Placement::kBePartition),
-                 p.smCount(gpu::Placement::kWholeGpu));
+    spdlog::info("scheduler on GPU {}: SM partitions: HP {} SMs, BE {} of {} while both classes are active", ordinal,
+                 launcher_.partitionSmCount(&g, gpu::Placement::kHpPartition),
+                 launcher_.partitionSmCount(&g, gpu::Placement::kBePartition),
+                 launcher_.partitionSmCount(&g, gpu::Placement::kWholeGpu));
   }
-  if (config_.transforms && g.ptbHelpers() == nullptr) {
-    spdlog::warn("scheduler on GPU {}: no PTB helpers; best-effort kernels will not be preempted", g.ordinal());
+  if (config_.transforms && !launcher_.hasPtbHelpers(&g)) {
+    spdlog::warn("scheduler on GPU {}: no PTB helpers; best-effort kernels will not be preempted", ordinal);
   }
   gpus_.emplace(&g, std::move(s));
   return true;
@@ -170,13 +158,13 @@ PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
 // before every call that queues work.
 gpu::Placement PriorityPolicy::placement(bool highPriority, gpu::Gpu& g) {
   GpuState* s = stateFor(g);
-  if (s == nullptr || !s->split || !s->split->noteWork(highPriority, now())) return gpu::Placement::kWholeGpu;
+  if (s == nullptr || !s->split || !s->split->noteWork(highPriority, clock_.now())) return gpu::Placement::kWholeGpu;
   return highPriority ? gpu::Placement::kHpPartition : gpu::Placement::kBePartition;
 }
 
 bool PriorityPolicy::beWorkIsolated(gpu::Gpu& g) {
   GpuState* s = stateFor(g);
-  return s != nullptr && s->split && !config_.partitionGate && s->split->split(now());
+  return s != nullptr && s->split && !config_.partitionGate && s->split->split(clock_.now());
 }
 
 void PriorityPolicy::closeGate(GpuState& s) {
@@ -199,7 +187,7 @@ void PriorityPolicy::markHpWork(GpuState& s, StreamKey key, CUstream stream) {
   int word = -1;
   {
     std::lock_guard lock(mutex_);
-    if (s.activity.submitted(now())) closeGate(s);
+    if (s.activity.submitted(clock_.now())) closeGate(s);
     auto [it, inserted] = s.hpSlots.try_emplace(key);
     if (inserted) it->second.word = s.words.take(0);
     word = it->second.word;
@@ -207,7 +195,7 @@ void PriorityPolicy::markHpWork(GpuState& s, StreamKey key, CUstream stream) {
     // The word is written after the work: HP stays busy until then.
     issued = ++it->second.issued;
   }
-  cuStreamWriteValue32(stream, s.words.device(word), issued, CU_STREAM_WRITE_VALUE_DEFAULT);
+  launcher_.writeValue32(stream, s.words.device(word), issued);
 }
 
 CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
@@ -215,10 +203,10 @@ CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
   {
     std::lock_guard lock(mutex_);
     s = stateFor(*k.gpu);
-    if (s != nullptr && s->activity.submitted(now())) closeGate(*s);
+    if (s != nullptr && s->activity.submitted(clock_.now())) closeGate(*s);
   }
   std::vector<void*> params = parameterPointers(k);
-  CUresult r = launchOriginal(k, params.data());
+  CUresult r = launcher_.launchOriginal(k, params.data());
   if (r == CUDA_SUCCESS && s != nullptr) markHpWork(*s, {k.tenant, k.streamId}, k.stream);
   return r;
 }
@@ -259,22 +247,22 @@ PriorityPolicy::Lane* PriorityPolicy::laneFor(GpuState& s, const KernelLaunch& k
 }
 
 void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bool gated) {
-  const auto started = std::chrono::steady_clock::now();
+  const Nanos started = clock_.now();
   // This thread polls at microsecond steps: without this its sleeps last 50 µs or more.
   thread_local bool slackSet = (prctl(PR_SET_TIMERSLACK, 1000UL), true);
   (void)slackSet;
   gated = gated && !k.mustNotHold;
   while (gated && config_.gate && !s.gateOpen.load(std::memory_order_acquire) && !stopping_) {
-    std::this_thread::sleep_for(kWaitPeriod);
+    clock_.sleepFor(kWaitPeriod);
   }
   // Bounded: a kernel may wait for something this tenant has not asked for yet (a flag a later
   // kernel sets, a host callback), which this thread must stay free to deliver.
-  const auto deadline = std::chrono::steady_clock::now() + kMaxInFlightWait;
+  const Nanos deadline = clock_.now() + kMaxInFlightWait;
   const size_t limit = config_.gate ? kMaxInFlight : SIZE_MAX;  // the ablation without a gate holds nothing
-  while (lane.inFlight.size() >= limit && !stopping_ && std::chrono::steady_clock::now() < deadline) {
-    CUresult r = cuEventQuery(lane.inFlight.front());
+  while (lane.inFlight.size() >= limit && !stopping_ && clock_.now() < deadline) {
+    CUresult r = launcher_.queryEvent(lane.inFlight.front());
     if (r == CUDA_ERROR_NOT_READY) {
-      std::this_thread::sleep_for(kWaitPeriod);
+      clock_.sleepFor(kWaitPeriod);
       continue;
     }
     lane.spareEvents.push_back(lane.inFlight.front());
@@ -284,7 +272,7 @@ void PriorityPolicy::waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bo
     lane.spareEvents.push_back(lane.inFlight.front());
     lane.inFlight.pop_front();
   }
-  countHeld(k, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
+  countHeld(k, double(clock_.now() - started) / 1000.0);
 }
 
 void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
@@ -293,10 +281,10 @@ void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
   if (!lane.spareEvents.empty()) {
     event = lane.spareEvents.back();
     lane.spareEvents.pop_back();
-  } else if (cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+  } else if (launcher_.createEvent(event, false) != CUDA_SUCCESS) {
     return;
   }
-  if (cuEventRecord(event, stream) == CUDA_SUCCESS) {
+  if (launcher_.recordEvent(event, stream) == CUDA_SUCCESS) {
     lane.inFlight.push_back(event);
   } else {
     lane.spareEvents.push_back(event);
@@ -311,10 +299,10 @@ KernelFacts PriorityPolicy::occupancyFacts(const KernelLaunch& k, const std::str
   KernelFacts& f = it->second;
   if (inserted) {
     f.blocks = k.shape.blocks();
-    f.hasSliced = waveBlocks(k.sliced, *k.gpu, k.shape) > 0;
-    f.originalWaveBlocks = waveBlocks(k.original, *k.gpu, k.shape);
-    f.waveBlocks = waveBlocks(k.ptb, *k.gpu, k.shape);
-    f.hasPtb = f.waveBlocks > 0 && k.gpu->ptbHelpers() != nullptr;
+    f.hasSliced = launcher_.waveBlocks(k.gpu, k.sliced, k.shape) > 0;
+    f.originalWaveBlocks = launcher_.waveBlocks(k.gpu, k.original, k.shape);
+    f.waveBlocks = launcher_.waveBlocks(k.gpu, k.ptb, k.shape);
+    f.hasPtb = f.waveBlocks > 0 && launcher_.hasPtbHelpers(k.gpu);
   }
   return f;
 }
@@ -323,7 +311,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
   std::vector<void*> params = parameterPointers(k);
   if (beWorkIsolated(*k.gpu)) {
     beIsolated_.fetch_add(1, std::memory_order_relaxed);
-    return launchOriginal(k, params.data());
+    return launcher_.launchOriginal(k, params.data());
   }
   gpu::KernelParams kernelParams{params.data(), params.size()};
   std::string key = shapeKey(k);
@@ -342,7 +330,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       ++(choice.kind == VariantKind::kOriginal ? beOriginal_ : choice.kind == VariantKind::kSliced ? beSliced_ : bePtb_);
     }
   }
-  if (lane == nullptr) return PassthroughPolicy().launch(k);
+  if (lane == nullptr) return launcher_.launchOriginal(k, params.data());
   switch (choice.kind) {
     case VariantKind::kSliced: {
       if (k.slicedLaunches != nullptr) k.slicedLaunches->fetch_add(1, std::memory_order_relaxed);
@@ -350,7 +338,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       for (uint64_t offset = 0; offset < total; offset += per) {
         waitTurn(*s, *lane, k, true);  // HP work may come between slices
         auto count = static_cast<uint32_t>(std::min(per, total - offset));
-        if (CUresult r = gpu::launchSliceRange(k.sliced, k.shape, k.stream, kernelParams, offset, count);
+        if (CUresult r = launcher_.launchSliceRange(k.sliced, k.shape, k.stream, kernelParams, offset, count);
             r != CUDA_SUCCESS) {
           return r;
         }
@@ -362,9 +350,10 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       if (k.ptbLaunches != nullptr) k.ptbLaunches->fetch_add(1, std::memory_order_relaxed);
       waitTurn(*s, *lane, k, true);
       gpu::PtbControl control{lane->progress, s->words.device(lane->retreat)};
-      CUresult r = gpu::launchPtbResumable(k.ptb, k.shape, k.stream, kernelParams, {choice.workers, choice.chunk},
-                                           control, s->words.device(lane->never), *k.gpu->ptbHelpers(), kPtbResumes,
-                                           static_cast<uint64_t>(config_.maxPauseMicros * 1000));
+      CUresult r = launcher_.launchPtbResumable(k.gpu, k.ptb, k.shape, k.stream, kernelParams,
+                                                {choice.workers, choice.chunk}, control,
+                                                s->words.device(lane->never), kPtbResumes,
+                                                static_cast<uint64_t>(config_.maxPauseMicros * 1000));
       markInFlight(*lane, k.stream);
       return r;
     }
@@ -378,16 +367,16 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     if (!s->eventPool.empty()) {
       std::tie(m.start, m.end) = s->eventPool.back();
       s->eventPool.pop_back();
-    } else if (cuEventCreate(&m.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
-               cuEventCreate(&m.end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    } else if (launcher_.createEvent(m.start, true) != CUDA_SUCCESS ||
+               launcher_.createEvent(m.end, true) != CUDA_SUCCESS) {
       m.start = m.end = nullptr;
     }
   }
-  if (m.start != nullptr) cuEventRecord(m.start, k.stream);
-  CUresult r = launchOriginal(k, params.data());
+  if (m.start != nullptr) launcher_.recordEvent(m.start, k.stream);
+  CUresult r = launcher_.launchOriginal(k, params.data());
   markInFlight(*lane, k.stream);
   if (m.start != nullptr) {
-    cuEventRecord(m.end, k.stream);
+    launcher_.recordEvent(m.end, k.stream);
     m.key = std::move(key);
     std::lock_guard lock(mutex_);
     s->measuring.push_back(std::move(m));
@@ -413,7 +402,7 @@ CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
   {
     std::lock_guard lock(mutex_);
     s = stateFor(*w.gpu);
-    if (s != nullptr && w.highPriority && s->activity.submitted(now())) closeGate(*s);
+    if (s != nullptr && w.highPriority && s->activity.submitted(clock_.now())) closeGate(*s);
     if (s != nullptr && !w.highPriority) lane = laneFor(*s, k);
   }
   CUstream used = nullptr;
@@ -433,15 +422,15 @@ CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
 void PriorityPolicy::pollGpu(GpuState& s) {
   bool hpBusy = false;
   for (auto& [key, slot] : s.hpSlots) hpBusy = hpBusy || s.words.load(slot.word) != slot.issued;
-  if (s.activity.observe(now(), hpBusy)) openGate(s);
+  if (s.activity.observe(clock_.now(), hpBusy)) openGate(s);
   for (size_t i = 0; i < s.measuring.size();) {
     Measurement& m = s.measuring[i];
-    if (cuEventQuery(m.end) != CUDA_SUCCESS) {
+    if (launcher_.queryEvent(m.end) != CUDA_SUCCESS) {
       ++i;
       continue;
     }
     float ms = 0;
-    if (cuEventElapsedTime(&ms, m.start, m.end) == CUDA_SUCCESS) profiles_.record(m.key, ms * 1000.0);
+    if (launcher_.elapsedMillis(ms, m.start, m.end) == CUDA_SUCCESS) profiles_.record(m.key, ms * 1000.0);
     ++measured_;
     s.eventPool.emplace_back(m.start, m.end);
     s.measuring[i] = std::move(s.measuring.back());
@@ -449,22 +438,24 @@ void PriorityPolicy::pollGpu(GpuState& s) {
   }
 }
 
+void PriorityPolicy::pollOnce() {
+  std::lock_guard lock(mutex_);
+  for (auto& [g, s] : gpus_) {
+    launcher_.makeCurrent(g);
+    pollGpu(*s);
+  }
+}
+
 void PriorityPolicy::monitor() {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // sleep for microseconds, not the default 50
-  auto lastSave = std::chrono::steady_clock::now();
+  Nanos lastSave = clock_.now();
   while (!stopping_) {
-    {
-      std::lock_guard lock(mutex_);
-      for (auto& [g, s] : gpus_) {
-        g->makeCurrent();
-        pollGpu(*s);
-      }
-    }
-    if (std::chrono::steady_clock::now() - lastSave > std::chrono::seconds(30)) {
+    pollOnce();
+    if (clock_.now() - lastSave > kSaveProfilesEvery) {
       saveProfiles();
-      lastSave = std::chrono::steady_clock::now();
+      lastSave = clock_.now();
     }
-    std::this_thread::sleep_for(kMonitorPeriod);
+    clock_.sleepFor(kMonitorPeriod);
   }
 }
 
@@ -491,8 +482,8 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
     forgetTenant(tenant, events);
   }
   for (auto [g, e] : events) {
-    g->makeCurrent();
-    cuEventDestroy(e);
+    launcher_.makeCurrent(g);
+    launcher_.destroyEvent(e);
   }
 }
 
@@ -527,24 +518,6 @@ std::string PriorityPolicy::summary() const {
          std::to_string(bePtb_) + " PTB launches, " + std::to_string(beIsolated_.load()) + " in the BE partition, " +
          std::to_string(gateCloses_) + " gate closes, " + std::to_string(measured_) + " timed, " +
          std::to_string(profiles_.size()) + " kernel shapes learned";
-}
-
-std::unique_ptr<Policy> makePolicy(const SchedulerConfig& config, const std::vector<gpu::Gpu*>& gpus,
-                                   std::string& error) {
-  if (config.policy == "passthrough") {
-    if (config.smPartition) {
-      error = "SM partitions (--sm-partition, priority_sm_partition) need the priority policy";
-      return nullptr;
-    }
-    return std::make_unique<PassthroughPolicy>();
-  }
-  if (config.policy == "priority") {
-    auto policy = std::make_unique<PriorityPolicy>(config, gpus, error);
-    if (!error.empty()) return nullptr;
-    return policy;
-  }
-  error = "unknown scheduler policy \"" + config.policy + "\" (expected \"passthrough\" or \"priority\")";
-  return nullptr;
 }
 
 }  // namespace tally::server::scheduler

@@ -13,6 +13,8 @@
 // decision that needs HP progress (an HP stream may share a hardware queue with the waiting BE
 // stream), and no wait of a tenant's thread depends on GPU work that may need a later call of
 // that tenant. Every wait is bounded in time or waits only for HP to go idle.
+// It reaches the GPU only through its Launcher and tells time only by its Clock (launcher.h), so
+// the scheduler tests run it on a simulated GPU and clock.
 #pragma once
 
 #include <atomic>
@@ -23,6 +25,7 @@
 #include <thread>
 
 #include "server/scheduler/decisions.h"
+#include "server/scheduler/launcher.h"
 #include "server/scheduler/policy.h"
 
 namespace tally::server::scheduler {
@@ -31,6 +34,7 @@ namespace tally::server::scheduler {
 // words), handed out one by one.
 class MappedWords {
  public:
+  explicit MappedWords(Launcher& launcher) : launcher_(launcher) {}
   bool allocate(size_t count, std::string& error);
   ~MappedWords();
   int take(uint32_t initial);  // -1 when all are in use
@@ -40,6 +44,7 @@ class MappedWords {
   CUdeviceptr device(int word) const { return device_ + CUdeviceptr(word) * sizeof(uint32_t); }
 
  private:
+  Launcher& launcher_;
   uint32_t* host_ = nullptr;
   CUdeviceptr device_ = 0;
   std::vector<bool> used_;
@@ -47,8 +52,11 @@ class MappedWords {
 
 class PriorityPolicy final : public Policy {
  public:
-  // Sets up every GPU (mapped words, PTB progress counters, PTB helpers); false with `error`.
-  PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, std::string& error);
+  // Sets up every GPU (mapped words, PTB progress counters, SM partitions); on failure `error`
+  // says why. `monitorThread` false: nothing polls the GPUs unless pollOnce is called (the tests,
+  // on a simulated clock).
+  PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, Launcher& launcher, Clock& clock,
+                 std::string& error, bool monitorThread = true);
   ~PriorityPolicy() override;
 
   const char* name() const override { return "priority"; }
@@ -60,6 +68,10 @@ class PriorityPolicy final : public Policy {
   void tenantEnding(uint64_t tenant) override;
   void tenantReleased(uint64_t tenant) override;
   std::string summary() const override;
+
+  // One look of the monitor at every GPU: HP completion words (the gate opens after the idle
+  // window) and finished timings.
+  void pollOnce();
 
  private:
   using StreamKey = std::pair<uint64_t, uint64_t>;  // (tenant, stream id)
@@ -80,7 +92,8 @@ class PriorityPolicy final : public Policy {
     CUevent start = nullptr, end = nullptr;
   };
   struct GpuState {
-    gpu::Gpu* gpu = nullptr;
+    explicit GpuState(Launcher& launcher) : words(launcher) {}
+    gpu::Gpu* gpu = nullptr;  // a key: only the launcher looks inside
     MappedWords words;
     HpActivity activity{0};
     std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
@@ -121,6 +134,8 @@ class PriorityPolicy final : public Policy {
   void forgetTenant(uint64_t tenant, std::vector<std::pair<gpu::Gpu*, CUevent>>& events);
 
   const SchedulerConfig config_;
+  Launcher& launcher_;
+  Clock& clock_;
   ChoiceKnobs knobs_;
   mutable std::mutex mutex_;
   std::map<gpu::Gpu*, std::unique_ptr<GpuState>> gpus_;

@@ -25,7 +25,7 @@ constexpr size_t kModuleStoreBytes = 16u << 20;
 struct Server {
   std::vector<std::unique_ptr<server::gpu::Gpu>> gpus;
   server::gpu::ModuleStore modules{kModuleStoreBytes};
-  server::scheduler::PassthroughPolicy policy;
+  server::scheduler::PassthroughPolicy policy{server::scheduler::driverLauncher()};
   server::api::ApiServices apiServices;
   server::api::Dispatcher dispatcher{apiServices};
   server::session::SessionServices services;

@@ -1,0 +1,514 @@
+// PriorityPolicy (and the stress policy) on a simulated GPU and clock (fake_launcher.h): no GPU,
+// no threads. The policy's monitor is driven by hand: the fake runs one poll after each of the
+// policy's own sleeps, and elapse() lets time pass as the monitor thread would see it.
+#include "server/scheduler/priority_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "server/scheduler/passthrough_policy.h"
+#include "server/scheduler/stress_policy.h"
+#include "tests/scheduler/fake_launcher.h"
+
+namespace tally::server::scheduler {
+namespace {
+
+using sim::FakeLauncher;
+using sim::FakeLaunch;
+using sim::kMicros;
+using sim::LaunchKind;
+
+CUfunction function(int i) { return reinterpret_cast<CUfunction>(uintptr_t(0x7000 + 16 * i)); }
+
+// A kernel of a tenant's module: the original and, when the module has them, its variants.
+struct Kernel {
+  CUfunction original = nullptr, sliced = nullptr, ptb = nullptr;
+  std::string profileKey;
+  uint32_t grid = 1000;
+  uint32_t block = 128;
+  std::string shapeKey() const { return profileKey + "/" + std::to_string(grid) + "x1x1/" + std::to_string(block) + "x1x1/0"; }
+};
+
+struct Tenant {
+  uint64_t id = 0;
+  bool highPriority = false;
+  CUstream stream = nullptr;
+  bool mustNotHold = false;
+  std::atomic<uint64_t> sliced{0}, ptb{0}, preemptions{0};
+  metrics::LatencyHistogram held;
+};
+
+const std::vector<std::pair<uint32_t, uint32_t>> kNoParams;
+
+KernelLaunch launchOf(Tenant& t, gpu::Gpu* g, const Kernel& kernel) {
+  KernelLaunch k;
+  k.tenant = t.id;
+  k.highPriority = t.highPriority;
+  k.mustNotHold = t.mustNotHold;
+  k.streamId = 1;
+  k.gpu = g;
+  k.stream = t.stream;
+  k.original = kernel.original;
+  k.sliced = kernel.sliced;
+  k.ptb = kernel.ptb;
+  k.profileKey = &kernel.profileKey;
+  k.shape.grid[0] = kernel.grid;
+  k.shape.block[0] = kernel.block;
+  k.paramLayout = &kNoParams;
+  k.slicedLaunches = &t.sliced;
+  k.ptbLaunches = &t.ptb;
+  k.preemptions = &t.preemptions;
+  k.held = &t.held;
+  return k;
+}
+
+uint32_t word(CUdeviceptr address) { return *reinterpret_cast<const uint32_t*>(address); }
+const FakeLaunch& last(const FakeLauncher& fake) { return fake.launches.back(); }
+
+class PriorityPolicyTest : public ::testing::Test {
+ protected:
+  PriorityPolicyTest() {
+    config.policy = "priority";
+    config.idleWindowMicros = 100;
+    config.budgetMicros = 100;
+  }
+  ~PriorityPolicyTest() override {
+    policy.reset();
+    std::error_code ec;
+    if (!profiles.empty()) std::filesystem::remove_all(std::filesystem::path(profiles).parent_path(), ec);
+  }
+
+  void start() {
+    g = fake.addGpu(gpuSpec);
+    std::string error;
+    policy = std::make_unique<PriorityPolicy>(config, std::vector<gpu::Gpu*>{g}, fake, fake, error, false);
+    ASSERT_TRUE(error.empty()) << error;
+    fake.onSleep = [this] { policy->pollOnce(); };
+  }
+  // Lets `d` pass as the monitor thread sees it: one look every 10 µs.
+  void elapse(Nanos d) {
+    for (Nanos t = 0; t < d; t += 10 * kMicros) fake.sleepFor(10 * kMicros);
+  }
+  // Durations the policy learned in an earlier run (its profiles file), ten samples each.
+  void knowDurations(const std::vector<std::pair<const Kernel*, double>>& micros) {
+    char dir[] = "/tmp/tally-policy-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    profiles = std::string(dir) + "/kernel-durations.tsv";
+    std::ofstream out(profiles);
+    for (auto [k, us] : micros) out << k->shapeKey() << '\t' << us << "\t10\n";
+    config.profilesPath = profiles;
+  }
+  // A kernel with both variants, `micros` long, whose blocks are 2 to an SM.
+  Kernel transformable(int n, Nanos duration) {
+    Kernel k{function(3 * n), function(3 * n + 1), function(3 * n + 2), "mod/k" + std::to_string(n)};
+    for (CUfunction f : {k.original, k.sliced, k.ptb}) fake.setKernel(f, duration);
+    return k;
+  }
+  Tenant& tenant(uint64_t id, bool highPriority) {
+    auto& t = tenants_[id];
+    t = std::make_unique<Tenant>();
+    t->id = id;
+    t->highPriority = highPriority;
+    t->stream = fake.newStream(id);
+    return *t;
+  }
+  CUresult launch(Tenant& t, const Kernel& k) { return policy->launch(launchOf(t, g, k)); }
+  const FakeLaunch& last() { return fake.launches.back(); }
+  std::vector<FakeLaunch> launchesOf(const Tenant& t) {
+    std::vector<FakeLaunch> out;
+    for (const FakeLaunch& l : fake.launches) {
+      if (l.tenant == t.id) out.push_back(l);
+    }
+    return out;
+  }
+
+  FakeLauncher fake;  // outlives the policy
+  sim::FakeGpuSpec gpuSpec;
+  gpu::Gpu* g = nullptr;  // start() adds it
+  SchedulerConfig config;
+  std::string profiles;
+  std::unique_ptr<PriorityPolicy> policy;
+
+ private:
+  std::map<uint64_t, std::unique_ptr<Tenant>> tenants_;
+};
+
+// ---- the gate -----------------------------------------------------------------------------------
+
+TEST_F(PriorityPolicyTest, BestEffortWaitsUntilHpHasBeenIdleForTheWindow) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  Kernel beKernel{function(2), nullptr, nullptr, "be/k"};
+  fake.setKernel(hpKernel.original, 50 * kMicros);
+  ASSERT_EQ(launch(hp, hpKernel), CUDA_SUCCESS);
+  ASSERT_EQ(launch(be, beKernel), CUDA_SUCCESS);  // holds this thread on the simulated clock
+  // HP ran 0-50 µs; idle from 50 µs, the window of 100 µs ends at 150 µs.
+  const FakeLaunch& l = last();
+  EXPECT_EQ(l.tenant, be.id);
+  EXPECT_GE(l.queued, 150 * kMicros);
+  EXPECT_LE(l.queued, 160 * kMicros);
+  EXPECT_EQ(be.held.count(), 1u);
+  EXPECT_GE(be.held.totalMicros(), 150u);
+}
+
+TEST_F(PriorityPolicyTest, WithoutTheGateNothingIsHeld) {
+  config.gate = false;
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  Kernel beKernel{function(2), nullptr, nullptr, "be/k"};
+  fake.setKernel(hpKernel.original, 50 * kMicros);
+  launch(hp, hpKernel);
+  for (int i = 0; i < 5; ++i) launch(be, beKernel);  // no in-flight limit either
+  for (const FakeLaunch& l : launchesOf(be)) EXPECT_EQ(l.queued, 0);
+  EXPECT_EQ(launchesOf(be).size(), 5u);
+  EXPECT_EQ(be.held.count(), 0u);
+}
+
+TEST_F(PriorityPolicyTest, HpStreamWorkOtherThanKernelsKeepsHpBusy) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  Kernel beKernel{function(2), nullptr, nullptr, "be/k"};
+  fake.setKernel(hpKernel.original, 300 * kMicros);
+  launch(hp, hpKernel);
+  elapse(400 * kMicros);  // HP done at 300, the gate open again at 400
+  policy->afterWork(hp.id, true, 1, *g, hp.stream);  // a copy: closes the gate, done at once
+  launch(be, beKernel);
+  EXPECT_GE(last().queued, 500 * kMicros);  // the copy's idle window
+}
+
+TEST_F(PriorityPolicyTest, HpLaunchClosesTheGateAndRaisesTheRetreatFlagOfRunningPtbKernels) {
+  Kernel longKernel = transformable(1, 10'000 * kMicros);
+  knowDurations({{&longKernel, 10'000}});
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  ASSERT_EQ(launch(be, longKernel), CUDA_SUCCESS);
+  const FakeLaunch ptb = last();
+  ASSERT_EQ(ptb.kind, LaunchKind::kPtbResumable);
+  EXPECT_EQ(word(ptb.control.retreat), 0u);
+  Kernel hpKernel{function(50), nullptr, nullptr, "hp/k"};
+  fake.setKernel(hpKernel.original, 50 * kMicros);
+  launch(hp, hpKernel);
+  EXPECT_EQ(word(ptb.control.retreat), 1u);  // the PTB workers stop after their chunk
+  EXPECT_EQ(word(ptb.neverRetreat), 0u);     // the last run still completes the grid
+  elapse(140 * kMicros);
+  EXPECT_EQ(word(ptb.control.retreat), 1u);  // idle only since 50 µs
+  elapse(20 * kMicros);
+  EXPECT_EQ(word(ptb.control.retreat), 0u);  // the window has passed: the kernel resumes
+}
+
+TEST_F(PriorityPolicyTest, LaunchesThatMustNotBeHeldPassTheClosedGate) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  be.mustNotHold = true;
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  fake.setKernel(hpKernel.original, 1000 * kMicros);
+  launch(hp, hpKernel);
+  launch(be, Kernel{function(2), nullptr, nullptr, "be/k"});
+  EXPECT_EQ(last().tenant, be.id);
+  EXPECT_EQ(last().queued, 0);
+}
+
+TEST_F(PriorityPolicyTest, KernelsOfTinyBlocksRunBesideHp) {
+  Kernel tiny{function(2), nullptr, function(3), "be/tiny"};
+  fake.setKernel(tiny.original, 5 * kMicros);  // 1000 blocks in ~4 waves: ~1.3 µs a block
+  fake.setKernel(tiny.ptb, 5 * kMicros);
+  knowDurations({{&tiny, 5}});
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  fake.setKernel(hpKernel.original, 1000 * kMicros);
+  launch(hp, hpKernel);
+  launch(be, tiny);
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+  EXPECT_EQ(last().queued, 0);
+}
+
+// ---- variants -----------------------------------------------------------------------------------
+
+TEST_F(PriorityPolicyTest, LongKernelsRunAsPtbOrSlicesAndShortOnesAsTheOriginal) {
+  Kernel longKernel = transformable(1, 10'000 * kMicros);
+  Kernel medium = transformable(2, 300 * kMicros);
+  Kernel shortKernel = transformable(3, 50 * kMicros);
+  knowDurations({{&longKernel, 10'000}, {&medium, 300}, {&shortKernel, 50}});
+  start();
+  Tenant& be = tenant(2, false);
+
+  launch(be, longKernel);  // >= 5 budgets: PTB, one wave of workers (2 blocks x 132 SMs)
+  ASSERT_EQ(last().kind, LaunchKind::kPtbResumable);
+  EXPECT_EQ(last().function, longKernel.ptb);
+  EXPECT_EQ(last().workers.workers, 264u);
+  EXPECT_EQ(last().workers.chunk, 1u);  // a block takes ~2.6 ms: one per claim
+  EXPECT_NE(last().control.progress, 0u);
+  EXPECT_EQ(be.ptb.load(), 1u);
+  elapse(10'000 * kMicros);
+
+  const size_t before = fake.launches.size();
+  launch(be, medium);  // 3 budgets: ceil(300 / 100) slices
+  ASSERT_EQ(fake.launches.size(), before + 3);
+  uint64_t blocks = 0;
+  for (size_t i = before; i < fake.launches.size(); ++i) {
+    EXPECT_EQ(fake.launches[i].kind, LaunchKind::kSliceRange);
+    EXPECT_EQ(fake.launches[i].function, medium.sliced);
+    blocks += fake.launches[i].blocks;
+  }
+  EXPECT_EQ(blocks, 1000u);
+  EXPECT_EQ(be.sliced.load(), 1u);
+  elapse(1000 * kMicros);
+
+  launch(be, shortKernel);  // within the budget: waiting for it costs no more
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+  EXPECT_EQ(last().function, shortKernel.original);
+}
+
+TEST_F(PriorityPolicyTest, UnknownKernelsAreTimedFirstThenTransformed) {
+  Kernel longKernel = transformable(1, 10'000 * kMicros);
+  start();
+  Tenant& be = tenant(2, false);
+  for (int i = 0; i < 3; ++i) {
+    launch(be, longKernel);
+    EXPECT_EQ(last().kind, LaunchKind::kOriginal) << "launch " << i;
+    elapse(10'100 * kMicros);  // done, and its timing read by the monitor
+  }
+  EXPECT_NE(policy->summary().find("3 timed"), std::string::npos) << policy->summary();
+  launch(be, longKernel);
+  EXPECT_EQ(last().kind, LaunchKind::kPtbResumable);
+}
+
+TEST_F(PriorityPolicyTest, WithoutTransformsEverythingRunsAsTheOriginal) {
+  config.transforms = false;
+  Kernel longKernel = transformable(1, 10'000 * kMicros);
+  knowDurations({{&longKernel, 10'000}});
+  start();
+  Tenant& be = tenant(2, false);
+  launch(be, longKernel);
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+}
+
+TEST_F(PriorityPolicyTest, NoPtbWithoutTheGpusHelpers) {
+  gpuSpec.ptbHelpers = false;
+  Kernel longKernel = transformable(1, 10'000 * kMicros);
+  knowDurations({{&longKernel, 10'000}});
+  start();
+  Tenant& be = tenant(2, false);
+  launch(be, longKernel);
+  // ceil(10 ms / 100 µs) slices, at most 64: slices of ceil(1000 / 64) = 16 blocks.
+  EXPECT_EQ(fake.launches.size(), 63u);
+  for (const FakeLaunch& l : fake.launches) EXPECT_EQ(l.kind, LaunchKind::kSliceRange);
+}
+
+// ---- a tenant's kernels in flight ---------------------------------------------------------------
+
+TEST_F(PriorityPolicyTest, AtMostTwoBestEffortKernelsOfATenantAreInFlight) {
+  start();
+  Tenant& be = tenant(2, false);
+  Kernel k{function(2), nullptr, nullptr, "be/k"};
+  fake.setKernel(k.original, 100 * kMicros);
+  for (int i = 0; i < 3; ++i) launch(be, k);
+  auto l = launchesOf(be);
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[0].queued, 0);
+  EXPECT_EQ(l[1].queued, 0);
+  EXPECT_EQ(l[2].queued, 100 * kMicros);  // once the first is done
+  // Another tenant has its own two.
+  Tenant& other = tenant(3, false);
+  launch(other, k);
+  EXPECT_EQ(last().queued, 100 * kMicros);
+}
+
+TEST_F(PriorityPolicyTest, WaitingForKernelsInFlightIsBoundedToAMillisecond) {
+  start();
+  Tenant& be = tenant(2, false);
+  Kernel k{function(2), nullptr, nullptr, "be/k"};
+  fake.setKernel(k.original, 5000 * kMicros);
+  for (int i = 0; i < 3; ++i) launch(be, k);
+  EXPECT_EQ(launchesOf(be)[2].queued, 1000 * kMicros);  // not 5 ms: the kernel may wait for this tenant
+}
+
+// ---- opaque work --------------------------------------------------------------------------------
+
+TEST_F(PriorityPolicyTest, OpaqueWorkIsGatedLikeAKernel) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Nanos issued = -1;
+  OpaqueWork hpWork{hp.id, true, false, g, [&](CUstream& used) {
+                      used = hp.stream;
+                      return CUDA_SUCCESS;
+                    }};
+  ASSERT_EQ(policy->runOpaque(hpWork), CUDA_SUCCESS);
+  policy->afterWork(hp.id, true, 1, *g, hp.stream);  // as the API layer does after it
+  OpaqueWork beWork{be.id, false, false, g, [&](CUstream& used) {
+                      used = be.stream;
+                      issued = fake.now();
+                      return CUDA_SUCCESS;
+                    }, &be.held};
+  ASSERT_EQ(policy->runOpaque(beWork), CUDA_SUCCESS);
+  EXPECT_GE(issued, 100 * kMicros);  // the HP work's idle window
+  EXPECT_EQ(be.held.count(), 1u);
+}
+
+// ---- SM partitions ------------------------------------------------------------------------------
+
+TEST_F(PriorityPolicyTest, WhileTheGpuIsSplitBestEffortIsNeitherHeldNorTransformed) {
+  config.smPartition = gpu::SmPartitionSpec{40, false};
+  Kernel longKernel = transformable(1, 10'000 * kMicros);
+  knowDurations({{&longKernel, 10'000}});
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::kWholeGpu);  // BE alone: every SM
+  EXPECT_EQ(policy->placement(true, *g), gpu::Placement::kHpPartition);
+  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::kBePartition);
+  Kernel hpKernel{function(50), nullptr, nullptr, "hp/k"};
+  fake.setKernel(hpKernel.original, 1000 * kMicros);
+  launch(hp, hpKernel);
+  launch(be, longKernel);
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+  EXPECT_EQ(last().queued, 0);
+  EXPECT_NE(policy->summary().find("1 in the BE partition"), std::string::npos) << policy->summary();
+}
+
+TEST_F(PriorityPolicyTest, ThePartitionGateAblationKeepsGatingWhileSplit) {
+  config.smPartition = gpu::SmPartitionSpec{40, false};
+  config.partitionGate = true;
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  policy->placement(false, *g);
+  policy->placement(true, *g);
+  Kernel hpKernel{function(50), nullptr, nullptr, "hp/k"};
+  fake.setKernel(hpKernel.original, 50 * kMicros);
+  launch(hp, hpKernel);
+  launch(be, Kernel{function(2), nullptr, nullptr, "be/k"});
+  EXPECT_GE(last().queued, 150 * kMicros);
+}
+
+TEST_F(PriorityPolicyTest, StreamPrioritiesComeFromTheGpu) {
+  start();
+  EXPECT_EQ(policy->streamPriority(true, *g), -5);
+  EXPECT_EQ(policy->streamPriority(false, *g), 0);
+}
+
+// ---- tenants ending -----------------------------------------------------------------------------
+
+TEST_F(PriorityPolicyTest, EndedTenantsGiveBackTheirLaneAndWordsOnceReleased) {
+  Kernel longKernel = transformable(1, 10'000 * kMicros);
+  knowDurations({{&longKernel, 10'000}});
+  start();
+  Tenant& first = tenant(2, false);
+  launch(first, longKernel);
+  const gpu::PtbControl firstControl = last().control;
+  const size_t eventsBefore = fake.liveEvents();
+
+  policy->tenantEnding(first.id);
+  EXPECT_EQ(fake.liveEvents(), eventsBefore);  // its stream still drains: nothing freed yet
+  Tenant& second = tenant(3, false);
+  launch(second, longKernel);
+  EXPECT_NE(last().control.progress, firstControl.progress);
+  EXPECT_NE(last().control.retreat, firstControl.retreat);
+  EXPECT_EQ(fake.liveEvents(), eventsBefore + 1);  // the second's kernel in flight
+
+  policy->tenantReleased(first.id);
+  EXPECT_EQ(fake.liveEvents(), eventsBefore);  // the first's in-flight event is gone
+  Tenant& third = tenant(4, false);
+  launch(third, longKernel);
+  EXPECT_EQ(last().control.progress, firstControl.progress);  // the first's slot, reused
+  EXPECT_EQ(last().control.retreat, firstControl.retreat);
+
+  for (const Tenant* t : {&second, &third}) {
+    policy->tenantEnding(t->id);
+    policy->tenantReleased(t->id);
+  }
+  policy.reset();
+  EXPECT_EQ(fake.liveEvents(), 0u);
+  EXPECT_EQ(fake.badDestroys(), 0u);
+  EXPECT_EQ(fake.allocations(), 0u);  // words and progress counters freed
+}
+
+TEST_F(PriorityPolicyTest, ReleasedHpTenantsGiveBackTheirCompletionWords) {
+  start();
+  Tenant& first = tenant(1, true);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  launch(first, hpKernel);
+  ASSERT_FALSE(fake.writes.empty());
+  const CUdeviceptr firstWord = fake.writes.back().second;
+  Tenant& second = tenant(2, true);
+  launch(second, hpKernel);
+  EXPECT_NE(fake.writes.back().second, firstWord);
+  policy->tenantEnding(first.id);
+  policy->tenantReleased(first.id);
+  Tenant& third = tenant(3, true);
+  launch(third, hpKernel);
+  EXPECT_EQ(fake.writes.back().second, firstWord);
+}
+
+// ---- the stress policy --------------------------------------------------------------------------
+
+TEST(StressPolicy, RunsKernelsWithVariantsAsRandomVariantsAndTheRestThroughItsPolicy) {
+  FakeLauncher fake;
+  gpu::Gpu* g = fake.addGpu();
+  StressPolicy policy(std::make_unique<PassthroughPolicy>(fake), fake, 42);
+  Tenant t;
+  t.id = 7;
+  t.stream = fake.newStream(t.id);
+  Kernel withVariants{function(1), function(2), function(3), "mod/k"};
+  for (CUfunction f : {withVariants.original, withVariants.sliced, withVariants.ptb}) fake.setKernel(f, kMicros);
+  CUstream side = fake.newStream(t.id);
+  CUdeviceptr control = 0;
+  fake.allocDevice(16, control);
+  int prepared = 0;
+  std::map<LaunchKind, int> kinds;
+  for (int i = 0; i < 400; ++i) {
+    KernelLaunch k = launchOf(t, g, withVariants);
+    k.variantStreams = [&](CUstream& s, CUdeviceptr& c) {
+      ++prepared;
+      s = side;
+      c = control;
+      return true;
+    };
+    ASSERT_EQ(policy.launch(k), CUDA_SUCCESS);
+    ++kinds[last(fake).kind];
+    if (last(fake).kind == LaunchKind::kPtb || last(fake).kind == LaunchKind::kPtbPreempted) {
+      EXPECT_EQ(last(fake).control.progress, control);
+      EXPECT_EQ(last(fake).control.retreat, control + 8);
+    }
+  }
+  EXPECT_GT(kinds[LaunchKind::kOriginal], 0);
+  EXPECT_GT(kinds[LaunchKind::kSliced], 0);
+  EXPECT_GT(kinds[LaunchKind::kPtb], 0);
+  EXPECT_GT(kinds[LaunchKind::kPtbPreempted], 0);
+  EXPECT_EQ(uint64_t(kinds[LaunchKind::kSliced]), t.sliced.load());
+  EXPECT_EQ(uint64_t(kinds[LaunchKind::kPtb] + kinds[LaunchKind::kPtbPreempted]), t.ptb.load());
+  EXPECT_EQ(prepared, kinds[LaunchKind::kPtb] + kinds[LaunchKind::kPtbPreempted]);
+
+  // No variants, or attributes (cooperative, clusters): the original, through the wrapped policy.
+  Kernel noVariants{function(9), nullptr, nullptr, "mod/plain"};
+  KernelLaunch plain = launchOf(t, g, noVariants);
+  CUlaunchAttribute cooperative{};
+  cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  cooperative.value.cooperative = 1;
+  KernelLaunch withAttributes = launchOf(t, g, withVariants);
+  withAttributes.attributes = std::span<const CUlaunchAttribute>(&cooperative, 1);
+  for (int i = 0; i < 20; ++i) {
+    policy.launch(plain);
+    EXPECT_EQ(last(fake).kind, LaunchKind::kOriginal);
+    policy.launch(withAttributes);
+    EXPECT_EQ(last(fake).kind, LaunchKind::kOriginal);
+    EXPECT_EQ(last(fake).attributes, 1u);
+  }
+}
+
+}  // namespace
+}  // namespace tally::server::scheduler
