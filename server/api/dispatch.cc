@@ -136,9 +136,15 @@ void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_p
   if (ctx.oneWay() && !keepalive) return;
   auto reply = ctx.replyLater();
   auto started = std::chrono::steady_clock::now();
-  CUresult r = afterStream(ctx, g, stream, [reply, keepalive, started, waits = ctx.tenant().counters().syncWaits](CUresult status) {
-    waits->record(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
+  // An HP tenant's waits tell the scheduler what the GPU's sharing costs it.
+  scheduler::Policy* learner =
+      ctx.tenant().priority() == session::PriorityClass::kHigh ? ctx.services().policy : nullptr;
+  CUresult r = afterStream(ctx, g, stream,
+                           [reply, keepalive, started, waits = ctx.tenant().counters().syncWaits, learner, &g](CUresult status) {
+    double micros = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count();
+    waits->record(micros);
     reply(status, {});
+    if (learner != nullptr && status == CUDA_SUCCESS) learner->observeHpWait(g, micros);  // after the reply: off HP's path
   });
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }

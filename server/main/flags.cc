@@ -32,6 +32,8 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_option("--sm-partition", f.smPartition,
                  "priority: off, N or N:overlap — N SMs for HP while HP and best-effort tenants are both active");
   app.add_option("--partition-idle-ms", f.partitionIdleMillis, "priority: a class idle this long ends the SM split, ms");
+  app.add_flag("--partition-control", f.partitionControl,
+               "priority: split the SMs only while that serves HP better than sharing them (learned online)");
   app.add_flag("--partition-gate", f.partitionGate, "priority: also gate and transform best-effort work while split (ablation)");
   try {
     app.parse(argc, argv);
@@ -73,6 +75,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
   if (f.hpPollMicros) config.highPriorityPollMicros = *f.hpPollMicros;
   if (f.partitionIdleMillis) sched.partitionIdleMillis = *f.partitionIdleMillis;
   if (f.partitionGate) sched.partitionGate = true;
+  if (f.partitionControl) sched.partitionControl = true;
   sched.profilesPath = config.cacheDir + "/kernel-durations.tsv";
   return true;
 }

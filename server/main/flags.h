@@ -21,7 +21,7 @@ struct CommandLine {
   std::optional<double> budgetMicros, idleWindowMicros, partitionIdleMillis;
   std::optional<std::string> smPartition;
   std::optional<unsigned> hpPollMicros;
-  bool noGate = false, noTransforms = false, noStreamPriorities = false, partitionGate = false;
+  bool noGate = false, noTransforms = false, noStreamPriorities = false, partitionGate = false, partitionControl = false;
 };
 
 // Parses argv; nullopt to go on, or the exit status (--help, or a bad flag, already reported).

@@ -36,6 +36,8 @@ struct SchedulerConfig {
   std::optional<gpu::SmPartitionSpec> smPartition;
   double partitionIdleMillis = 200;   // a class idle this long no longer keeps the GPU split
   bool partitionGate = false;         // also gate and transform BE work while split (ablation)
+  // Split only while it serves HP better than sharing every SM (PartitionController).
+  bool partitionControl = false;
   std::string profilesPath;            // learned kernel durations; empty: not kept
   // Test aid (transform = "stress"): every launch of a kernel with variants runs as a random
   // variant, PTB ones preempted at random points (stress_policy.h); the application must not notice.
@@ -102,6 +104,9 @@ class Policy {
     (void)highPriority, (void)g;
     return gpu::Placement::kWholeGpu;
   }
+  // A high-priority tenant's synchronizing wait on `g` took `micros` (what the policy can learn
+  // HP's latency from).
+  virtual void observeHpWait(gpu::Gpu& g, double micros) { (void)g, (void)micros; }
   // Enqueues (or arranges) a kernel launch, through the policy's Launcher.
   virtual CUresult launch(const KernelLaunch& k) = 0;
   // Enqueues opaque work; by default at once. afterWork follows it, as for other stream work.

@@ -159,12 +159,30 @@ PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
 gpu::Placement PriorityPolicy::placement(bool highPriority, gpu::Gpu& g) {
   GpuState* s = stateFor(g);
   if (s == nullptr || !s->split || !s->split->noteWork(highPriority, clock_.now())) return gpu::Placement::kWholeGpu;
+  if (config_.partitionControl && !s->splitPays.load(std::memory_order_relaxed)) return gpu::Placement::kWholeGpu;
   return highPriority ? gpu::Placement::kHpPartition : gpu::Placement::kBePartition;
 }
 
 bool PriorityPolicy::beWorkIsolated(gpu::Gpu& g) {
   GpuState* s = stateFor(g);
-  return s != nullptr && s->split && !config_.partitionGate && s->split->split(clock_.now());
+  return s != nullptr && s->split && !config_.partitionGate && s->split->split(clock_.now()) &&
+         (!config_.partitionControl || s->splitPays.load(std::memory_order_relaxed));
+}
+
+void PriorityPolicy::observeHpWait(gpu::Gpu& g, double micros) {
+  GpuState* s = stateFor(g);
+  // Only waits with BE active say anything about the pair.
+  if (s == nullptr || !s->split || !config_.partitionControl || !s->split->split(clock_.now())) return;
+  std::lock_guard lock(mutex_);
+  const bool before = s->controller.wantSplit();
+  s->controller.observeHpWait(micros);
+  const bool after = s->controller.wantSplit();
+  s->splitPays.store(after, std::memory_order_relaxed);
+  if (before != after) {
+    spdlog::info("scheduler on GPU {}: {} (HP p99 {:.0f} µs split, {:.0f} µs shared)", launcher_.ordinal(&g),
+                 after ? "splitting the SMs again" : "sharing every SM", s->controller.splitP99(),
+                 s->controller.sharedP99());
+  }
 }
 
 void PriorityPolicy::closeGate(GpuState& s) {

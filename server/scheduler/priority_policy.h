@@ -62,6 +62,7 @@ class PriorityPolicy final : public Policy {
   const char* name() const override { return "priority"; }
   std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const override;
   gpu::Placement placement(bool highPriority, gpu::Gpu& g) override;
+  void observeHpWait(gpu::Gpu& g, double micros) override;
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override;
   void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override;
@@ -97,6 +98,8 @@ class PriorityPolicy final : public Policy {
     MappedWords words;
     HpActivity activity{0};
     std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
+    PartitionController controller;         // under mutex_
+    std::atomic<bool> splitPays{true};      // controller.wantSplit(), readable without the lock
     std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
     struct HpSlot {
       int word = -1;

@@ -395,6 +395,37 @@ TEST_F(PriorityPolicyTest, ThePartitionGateAblationKeepsGatingWhileSplit) {
   EXPECT_GE(last().queued, 150 * kMicros);
 }
 
+// With the controller, the policy shares every SM once HP's waits show that sharing serves HP
+// as well as splitting, and splits again when they stop doing so. Default knobs: windows of 200
+// waits, the first probe after 2000 split waits.
+TEST_F(PriorityPolicyTest, TheControllerSharesWhileSharingServesHpAsWell) {
+  config.smPartition = gpu::SmPartitionSpec{40, false};
+  config.partitionControl = true;
+  start();
+  auto bothActive = [&] {
+    policy->placement(false, *g);
+    return policy->placement(true, *g);
+  };
+  ASSERT_EQ(bothActive(), gpu::Placement::kHpPartition);  // starts split
+  for (int i = 0; i < 2000; ++i) policy->observeHpWait(*g, 400);
+  EXPECT_EQ(bothActive(), gpu::Placement::kWholeGpu) << "probing sharing";
+  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 300);
+  EXPECT_EQ(bothActive(), gpu::Placement::kWholeGpu) << "sharing served HP better: kept";
+  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 5000);
+  EXPECT_EQ(bothActive(), gpu::Placement::kHpPartition) << "sharing started to hurt HP: split again";
+  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::kBePartition);
+}
+
+TEST_F(PriorityPolicyTest, HpWaitsWithoutBestEffortTeachTheControllerNothing) {
+  config.smPartition = gpu::SmPartitionSpec{40, false};
+  config.partitionControl = true;
+  start();
+  policy->placement(true, *g);  // HP alone
+  for (int i = 0; i < 5000; ++i) policy->observeHpWait(*g, 400);
+  policy->placement(false, *g);
+  EXPECT_EQ(policy->placement(true, *g), gpu::Placement::kHpPartition) << "still the safe start: split";
+}
+
 TEST_F(PriorityPolicyTest, StreamPrioritiesComeFromTheGpu) {
   start();
   EXPECT_EQ(policy->streamPriority(true, *g), -5);
