@@ -362,9 +362,11 @@ CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t wi
 // contiguous (the allocation's height is the extent's).
 CUresult memset3D(cudaPitchedPtr p, int value, cudaExtent e, CUstream stream) {
   if (e.width == 0 || e.height == 0 || e.depth == 0) return CUDA_SUCCESS;
-  if (e.width > p.pitch || e.height > p.ysize) return CUDA_ERROR_INVALID_VALUE;
   auto base = reinterpret_cast<CUdeviceptr>(p.ptr);
   const auto byte = static_cast<uint8_t>(value);
+  // One row is a linear range whatever the pitch (the native runtime accepts width > pitch then).
+  if (e.height == 1 && e.depth == 1) return memset(base, byte, 1, e.width, 1, e.width, stream);
+  if (e.height > p.ysize) return CUDA_ERROR_INVALID_VALUE;
   size_t slices = 0;
   if (e.height == p.ysize && !__builtin_mul_overflow(e.height, e.depth, &slices)) {
     return memset(base, byte, 1, e.width, slices, p.pitch, stream);

@@ -157,7 +157,8 @@ int main() {
       }
   std::printf("cudaMemset3D box: bad=%d\n", bad);
   expect(bad == 0, "cudaMemset3D / cudaMemset3DAsync on a pitched 3D allocation");
-  EXPECT_ERR(cudaMemset3D(box, 0, make_cudaExtent(box.pitch + 1, 1, 1)), cudaErrorInvalidValue);
+  // One row wider than the pitch is a linear range (measured natively on the H200: accepted).
+  EXPECT_ERR(cudaMemset3D(box, 0, make_cudaExtent(box.pitch + 1, 1, 1)), cudaSuccess);
   CHECK(cudaFree(box.ptr));
 
   // Peer copies on one device are device-to-device copies.
