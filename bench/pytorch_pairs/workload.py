@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import time
 
@@ -41,22 +42,13 @@ WARMUP_REQUESTS = 20
 INPUTS = 16
 
 
-def pct(xs, q):
-    """Percentile with linear interpolation (q in 0..100)."""
-    s = sorted(xs)
-    if not s:
-        return None
-    k = (len(s) - 1) * q / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def summary_us(seconds):
     us = [x * 1e6 for x in seconds]
     if not us:
         return None
-    return {"p50": round(pct(us, 50), 1), "p99": round(pct(us, 99), 1), "mean": round(sum(us) / len(us), 1)}
+    # Percentiles with linear interpolation between the closest ranks.
+    cuts = statistics.quantiles(us, n=100, method="inclusive") if len(us) > 1 else us * 99
+    return {"p50": round(cuts[49], 1), "p99": round(cuts[98], 1), "mean": round(sum(us) / len(us), 1)}
 
 
 def touch(path):

@@ -4,18 +4,6 @@
 
 namespace tally::server::gpu {
 
-const char* placementName(Placement p) {
-  switch (p) {
-    case Placement::kWholeGpu:
-      return "whole GPU";
-    case Placement::kHpPartition:
-      return "HP partition";
-    case Placement::kBePartition:
-      return "BE partition";
-  }
-  return "?";
-}
-
 std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::string& error) {
   if (text.empty() || text == "off") return std::nullopt;
   SmPartitionSpec spec;

@@ -25,7 +25,6 @@ enum class Placement : uint8_t {
 };
 inline constexpr size_t kPlacements = 3;
 inline size_t placementIndex(Placement p) { return static_cast<size_t>(p); }
-const char* placementName(Placement p);
 
 struct SmPartitionSpec {
   unsigned hpSms = 0;    // SMs reserved for HP (rounded up by the driver to its granularity)
