@@ -127,7 +127,7 @@ if [[ ${RESULT[uds]} -eq 0 && ${RESULT[tcp]} -eq 0 ]]; then
   echo "demo: OK: gpu_vector_add ran on the GPU through tallyd over a Unix socket and over TCP"
   if [[ ${TALLY_DEMO_ISOLATION:-1} != 0 ]]; then
     step "isolation pair: HP inference-like client next to a BE training-like client (2 s per system)"
-    bench/isolation/run.sh "$BUILD" "$TMPD/isolation" --seconds 2 --repeats 1 \
+    bench/isolation/run.sh "$BUILD" "$TMPD/isolation" --seconds 2 --repeats 1 --pairs small:short \
       --systems "native tally-passthrough tally-priority" || die "the isolation pair failed"
     python3 bench/isolation/report.py "$TMPD/isolation/runs.jsonl"
   fi
