@@ -63,9 +63,18 @@ CUresult allocatePitch(CUdeviceptr* out, size_t* pitch, size_t width, size_t hei
   return CUDA_SUCCESS;
 }
 
+CUresult freeShared(void* p, const HostRegion& region);
+
 CUresult freeDevice(CUdeviceptr ptr) {
   if (CUresult r = refuseUnsafeCallDuringCapture(); r != CUDA_SUCCESS) return r;  // cudaFree(0) too
   if (ptr == 0) return rt().ready();
+  // Managed memory is shared host memory (managed_memory.cc); cudaFree is how it goes.
+  if (auto found = rt().findHostRegion(reinterpret_cast<const void*>(ptr)); found && found->second.managed) {
+    if (found->first != ptr) return CUDA_ERROR_INVALID_VALUE;
+    void* p = reinterpret_cast<void*>(ptr);
+    std::optional<HostRegion> region = rt().removeHostRegion(p);
+    return region ? freeShared(p, *region) : CUDA_ERROR_INVALID_VALUE;
+  }
   CUresult r = rt().sync([&](wire::Call::Builder c) { c.initMemFree().setPtr(ptr); });
   if (r == CUDA_SUCCESS) rt().removeDeviceRegion(ptr);
   return r;
@@ -96,8 +105,10 @@ CUresult allocateHost(void** out, size_t size, unsigned flags = 0) {
 
 CUresult freeHost(void* p) {
   if (p == nullptr) return CUDA_SUCCESS;
-  // Registered memory is the application's: cudaHostUnregister, never cudaFreeHost.
-  if (auto found = rt().findHostRegion(p); !found || found->first != reinterpret_cast<uintptr_t>(p) || found->second.registered) {
+  // Registered memory is the application's: cudaHostUnregister, never cudaFreeHost; managed
+  // memory goes with cudaFree.
+  if (auto found = rt().findHostRegion(p); !found || found->first != reinterpret_cast<uintptr_t>(p) ||
+                                           found->second.registered || found->second.managed) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   std::optional<HostRegion> region = rt().removeHostRegion(p);
@@ -106,8 +117,13 @@ CUresult freeHost(void* p) {
     std::free(p);
     return CUDA_SUCCESS;
   }
+  return freeShared(p, *region);
+}
+
+// Memory shared with tallyd: tallyd lets go of its mapping, then the client.
+CUresult freeShared(void* p, const HostRegion& region) {
   CUresult r = rt().call([&](wire::Call::Builder c) { c.initHostUnregister().setClientAddress(reinterpret_cast<uint64_t>(p)); });
-  ::munmap(p, region->size);
+  ::munmap(p, region.size);
   return r;
 }
 
@@ -275,11 +291,25 @@ CUresult checkCapturedCopy(const Copy2D& c, cudaMemcpyKind kind, uint64_t stream
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
+// Managed memory is host memory on this side (managed_memory.cc).
+bool isManaged(uint64_t address) {
+  auto found = rt().findHostRegion(reinterpret_cast<const void*>(address));
+  return found && found->second.managed;
+}
+
+CUresult waitForStream(uint64_t streamId) {
+  return rt().sync([&](wire::Call::Builder call) { call.initStreamSynchronize().setStream(streamId); });
+}
+
 CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return static_cast<CUresult>(cudaErrorInvalidMemcpyDirection);
   if (c.width == 0 || c.height == 0) return CUDA_SUCCESS;
   if (CUresult r = checkCopyShape(c); r != CUDA_SUCCESS) return r;
+  // Whatever kind the application names for managed memory, the copy goes where the bytes are;
+  // a host-to-host one waits for the stream first (its kernels may still be writing them).
+  const bool managed = isManaged(c.dst) || isManaged(c.src);
+  if (managed) kind = cudaMemcpyDefault;
   if (kind == cudaMemcpyDefault) {
     bool dstDevice = isDevicePointer(c.dst);
     bool srcDevice = isDevicePointer(c.src);
@@ -295,7 +325,9 @@ CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) 
     case cudaMemcpyDeviceToHost: return copyToHost(c, streamId, sync);
     case cudaMemcpyDeviceToDevice: return copyDeviceToDevice(c, streamId, sync);
     case cudaMemcpyHostToHost:
-      if (sync) rt().sync([&](wire::Call::Builder call) { call.initStreamSynchronize().setStream(streamId); });
+      if (sync || managed) {
+        if (CUresult r = waitForStream(streamId); r != CUDA_SUCCESS) return r;
+      }
       for (size_t row = 0; row < c.height; ++row) {
         std::memmove(reinterpret_cast<void*>(c.dst + row * c.dstPitch), reinterpret_cast<const void*>(c.src + row * c.srcPitch), c.width);
       }
@@ -339,6 +371,23 @@ CUresult copyDescriptor(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
 
 // --- memset ----------------------------------------------------------------------------
 
+// A memset of managed memory is the host's, after the stream's earlier work.
+CUresult memsetManaged(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t width, size_t height, size_t pitch,
+                       uint64_t streamId) {
+  auto region = rt().findHostRegion(reinterpret_cast<const void*>(dst));
+  size_t rowBytes = 0, extent = 0;
+  if (__builtin_mul_overflow(width, elementSize, &rowBytes) || __builtin_mul_overflow(pitch, height - 1, &extent) ||
+      __builtin_add_overflow(extent, rowBytes, &extent) || dst - region->first + extent > region->second.size) {
+    return CUDA_ERROR_INVALID_VALUE;  // past the allocation
+  }
+  if (CUresult r = waitForStream(streamId); r != CUDA_SUCCESS) return r;
+  for (size_t row = 0; row < height; ++row) {
+    auto* p = reinterpret_cast<unsigned char*>(dst + row * pitch);
+    for (size_t i = 0; i < width; ++i) std::memcpy(p + i * elementSize, &value, elementSize);  // little-endian
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t width, size_t height, size_t pitch,
                 CUstream stream) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
@@ -346,6 +395,7 @@ CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t wi
   if (CUresult r = checkMemsetShape({dst, elementSize, width, height, pitch}); r != CUDA_SUCCESS) return r;
   uint64_t streamId = rt().streamId(stream);
   if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (isManaged(dst)) return memsetManaged(dst, value, elementSize, width, height, pitch, streamId);
   return rt().post([&](wire::Call::Builder c) {
     auto m = c.initMemset();
     m.setStream(streamId);
@@ -416,7 +466,7 @@ void describePointer(const void* ptr, cudaPointerAttributes& attr) {
     return;
   }
   if (auto host = rt().findHostRegion(ptr)) {
-    attr.type = cudaMemoryTypeHost;
+    attr.type = host->second.managed ? cudaMemoryTypeManaged : cudaMemoryTypeHost;
     attr.device = 0;
     attr.hostPointer = const_cast<void*>(ptr);
     if (host->second.serverAddress != 0) {

@@ -53,6 +53,9 @@ struct HostRegion {
   // frees it; `userBase`/`userSize` are what the application passed (the region itself spans
   // whole pages when they were moved into shared memory).
   bool registered = false;
+  // Managed memory (cudaMallocManaged): shared memory tallyd maps at this same address, so the
+  // one pointer is valid on the host and in kernels (client/api/managed_memory.cc).
+  bool managed = false;
   uintptr_t userBase = 0;
   size_t userSize = 0;
 };

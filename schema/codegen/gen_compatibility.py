@@ -636,8 +636,17 @@ def render_summary(c: Compatibility) -> list[str]:
 
 
 # Hand-written remarks printed after an API's lists of functions that are not implemented.
+MANAGED_NOTE = ("**Managed memory** (`cudaMallocManaged`, `cuMemAllocManaged`) is pinned host memory shared "
+                "with tallyd over a Unix socket and mapped there at the application's own address, so one "
+                "pointer serves the host and kernels; kernels reach it over the bus (zero-copy), coherent "
+                "at every point but slower than native managed memory for kernels that reread it. Prefetch "
+                "and advice (`cudaMemPrefetchAsync`, `cudaMemAdvise`, `cudaStreamAttachMemAsync`) are "
+                "accepted and change nothing. Over TCP/TLS, or when tallyd cannot map that address, the "
+                "allocation answers NotSupported and logs why. `__managed__` variables are not supported.")
+
 CUDA_NOTES = {
-    "driver": ["Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
+    "runtime": [MANAGED_NOTE, ""],
+    "driver": [MANAGED_NOTE, "","Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
                "`cuModuleGetSurfRef`) stay NotSupported: nvcc 13 cannot produce them any more "
                "(`texture<>`/`surface<>` references were removed in CUDA 12; `texture<float, 2> t;` "
                "fails with \"texture is not a template\"), so only binaries built with older toolkits "

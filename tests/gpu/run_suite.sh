@@ -21,8 +21,9 @@
 #                          UDS, as a high-priority and a best-effort tenant (with
 #                          GPU_SUITE_TALLYD_ARGS="--policy priority": the scheduler's GPU test)
 #   GPU_SUITE_PAIR_SKIP="host_threads"  programs left out of the pairs, with a printed reason
-#   GPU_SUITE_UDS_ONLY="host_register"  programs not run over TCP, with a printed reason (device
-#                          pointers of registered host memory need memory shared over a Unix socket)
+#   GPU_SUITE_UDS_ONLY="host_register managed_memory"  programs not run over TCP, with a printed
+#                          reason (device pointers of registered host memory and managed memory
+#                          need memory shared over a Unix socket)
 #   OUT=<dir>              if set, a copy of the logs/results is written there
 set -euo pipefail
 
@@ -39,7 +40,7 @@ CONCURRENT_PROGRAMS=(host_threads large_transfers)
 # Programs whose kernels wait for a later call of their own tenant: not run as HP+BE pairs.
 PAIR_SKIP=${GPU_SUITE_PAIR_SKIP-host_threads}
 # Programs that need memory shared with tallyd (a Unix socket): not run over TCP.
-UDS_ONLY=${GPU_SUITE_UDS_ONLY-host_register}
+UDS_ONLY=${GPU_SUITE_UDS_ONLY-host_register managed_memory}
 
 # Keep in sync with TALLY_GPU_TEST_PROGRAMS in CMakeLists.txt.
 ALL_PROGRAMS=(
@@ -47,7 +48,7 @@ ALL_PROGRAMS=(
   streams_events pinned_async host_threads driver_ptx error_cases memcpy_2d
   host_callbacks coop_launch_ex device_query large_transfers warp_ops kernel_printf
   stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding driver_contexts
-  stream_memory_ops graph_explicit jit_link textures_surfaces visible_devices host_register
+  stream_memory_ops graph_explicit jit_link textures_surfaces visible_devices host_register managed_memory
 )
 
 # ---------------------------------------------------------------- GPU present?
@@ -290,7 +291,7 @@ for prog in "${PROGRAMS[@]}"; do
 
   for transport in uds tcp; do
     if [[ $transport == tcp && " $UDS_ONLY " == *" $prog "* ]]; then
-      say "    tcp: not run: over TCP registered host memory has no device pointer (GPU_SUITE_UDS_ONLY)"
+      say "    tcp: not run: over TCP registered host memory and managed memory have no device pointer (GPU_SUITE_UDS_ONLY)"
       continue
     fi
     client_cmd "$prog" "$transport" "$prog"

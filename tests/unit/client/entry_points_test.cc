@@ -65,7 +65,7 @@ TEST_F(EntryPoints, ImplementedFunctionsAreFound) {
 TEST_F(EntryPoints, GeneratedStubsAreNotFound) {
   void* fn = &fn;
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-  EXPECT_EQ(cuGetProcAddress("cuMemAllocManaged", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+  EXPECT_EQ(cuGetProcAddress("cuImportExternalMemory", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status),
             CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   EXPECT_EQ(fn, nullptr);
@@ -87,11 +87,11 @@ TEST_F(EntryPoints, RuntimeLookupsReportThroughStatus) {
   EXPECT_EQ(status, cudaDriverEntryPointSuccess);
   EXPECT_NE(fn, nullptr);
   fn = &fn;
-  EXPECT_EQ(cudaGetDriverEntryPoint("cuMemAllocManaged", &fn, cudaEnableDefault, &status), cudaSuccess);
+  EXPECT_EQ(cudaGetDriverEntryPoint("cuImportExternalMemory", &fn, cudaEnableDefault, &status), cudaSuccess);
   EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
   EXPECT_EQ(fn, nullptr);
   fn = &fn;
-  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuMemAllocManaged", &fn, CUDART_VERSION, cudaEnableDefault, &status),
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuImportExternalMemory", &fn, CUDART_VERSION, cudaEnableDefault, &status),
             cudaSuccess);
   EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
   EXPECT_EQ(fn, nullptr);

@@ -79,7 +79,8 @@ void FakeTallyd::hostMemoryCall(wire::Call::Reader call, wire::Reply::Builder re
       return;
     }
     hostMappings_.push_back({args.getClientAddress(), args.getSize(), static_cast<char*>(local)});
-    reply.setValue(kFakeHostDeviceBase + (args.getClientAddress() & 0xffffffffull));
+    reply.setValue(sameHostAddress_ ? args.getClientAddress()
+                                    : kFakeHostDeviceBase + (args.getClientAddress() & 0xffffffffull));
     return;
   }
   if (call.isHostUnregister()) {

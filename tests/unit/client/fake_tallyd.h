@@ -68,6 +68,9 @@ class FakeTallyd {
   // such memory write their 0xAB bytes into the mapping instead of sending them).
   void offerDevices(unsigned count) { deviceCount_ = count; }
   void offerSharedHostMemory(bool shared) { sharedHostMemory_ = shared; }
+  // Answer hostRegister with the client's own address as the device address (what tallyd does
+  // when it maps the memory at the same address and the driver uses host pointers).
+  void mapHostAtClientAddress(bool same) { sameHostAddress_ = same; }
   static constexpr uint64_t kFakeHostDeviceBase = 0x7e0000000000;
   struct HostMapping {
     uint64_t clientAddress = 0;
@@ -105,6 +108,7 @@ class FakeTallyd {
   std::atomic<uint32_t> nextGraphNode_{0};
   std::atomic<unsigned> deviceCount_{1};
   std::atomic<bool> sharedHostMemory_{false};
+  std::atomic<bool> sameHostAddress_{false};
   frame::StreamReader* reader_ = nullptr;
   std::vector<HostMapping> hostMappings_;
   bool helloRestricts_ = false;
