@@ -919,6 +919,59 @@ TALLY_API CUresult cuMemcpy3DAsync(const CUDA_MEMCPY3D* p, CUstream stream) {
   return guardDriver(__func__, [&] { return p == nullptr ? CUDA_ERROR_INVALID_VALUE : copy3D(*p, stream, false); });
 }
 
+// Peer 3D copies: with unified addressing the pointers and arrays name their devices, so these
+// are the plain 3D copies once the devices (runtime) or contexts (driver) are valid.
+CUresult peerCopy3D(const cudaMemcpy3DPeerParms* p, CUstream stream, bool sync) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const int devices = rt().deviceCount();
+  if (p->srcDevice < 0 || p->dstDevice < 0 || p->srcDevice >= devices || p->dstDevice >= devices) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  cudaMemcpy3DParms plain{};
+  plain.srcArray = p->srcArray;
+  plain.srcPos = p->srcPos;
+  plain.srcPtr = p->srcPtr;
+  plain.dstArray = p->dstArray;
+  plain.dstPos = p->dstPos;
+  plain.dstPtr = p->dstPtr;
+  plain.extent = p->extent;
+  plain.kind = cudaMemcpyDefault;
+  return runtimeCopy3D(&plain, stream, sync);
+}
+
+CUresult peerCopy3D(const CUDA_MEMCPY3D_PEER* p, CUstream stream, bool sync) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto needsContext = [](CUmemorytype type, CUcontext context) { return type != CU_MEMORYTYPE_ARRAY && context == nullptr; };
+  if (needsContext(p->srcMemoryType, p->srcContext) || needsContext(p->dstMemoryType, p->dstContext)) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  CUDA_MEMCPY3D plain{};
+  plain.srcXInBytes = p->srcXInBytes, plain.srcY = p->srcY, plain.srcZ = p->srcZ, plain.srcLOD = p->srcLOD;
+  plain.srcMemoryType = p->srcMemoryType, plain.srcHost = p->srcHost, plain.srcDevice = p->srcDevice;
+  plain.srcArray = p->srcArray, plain.srcPitch = p->srcPitch, plain.srcHeight = p->srcHeight;
+  plain.dstXInBytes = p->dstXInBytes, plain.dstY = p->dstY, plain.dstZ = p->dstZ, plain.dstLOD = p->dstLOD;
+  plain.dstMemoryType = p->dstMemoryType, plain.dstHost = p->dstHost, plain.dstDevice = p->dstDevice;
+  plain.dstArray = p->dstArray, plain.dstPitch = p->dstPitch, plain.dstHeight = p->dstHeight;
+  plain.WidthInBytes = p->WidthInBytes, plain.Height = p->Height, plain.Depth = p->Depth;
+  return copy3D(plain, stream, sync);
+}
+
+TALLY_API cudaError_t cudaMemcpy3DPeer(const cudaMemcpy3DPeerParms* p) {
+  return guardRuntime(__func__, [&] { return peerCopy3D(p, nullptr, true); });
+}
+
+TALLY_API cudaError_t cudaMemcpy3DPeerAsync(const cudaMemcpy3DPeerParms* p, cudaStream_t stream) {
+  return guardRuntime(__func__, [&] { return peerCopy3D(p, stream, false); });
+}
+
+TALLY_API CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* p) {
+  return guardDriver(__func__, [&] { return peerCopy3D(p, nullptr, true); });
+}
+
+TALLY_API CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* p, CUstream stream) {
+  return guardDriver(__func__, [&] { return peerCopy3D(p, stream, false); });
+}
+
 TALLY_API CUresult cuMemcpyHtoA(CUarray dst, size_t dstOffset, const void* src, size_t count) {
   return guardDriver(__func__, [&] {
     return oneRow(CU_MEMORYTYPE_HOST, src, 0, nullptr, 0, CU_MEMORYTYPE_ARRAY, nullptr, 0, dst, dstOffset, count,

@@ -730,6 +730,23 @@ TALLY_API CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t co
   });
 }
 
+// Peer copies between contexts: the pointers name their devices (unified addressing).
+TALLY_API CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src, CUcontext srcContext,
+                                size_t count) {
+  return guardDriver(__func__, [&] {
+    if (dstContext == nullptr || srcContext == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDeviceToDevice, nullptr, true);
+  });
+}
+
+TALLY_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src, CUcontext srcContext,
+                                     size_t count, CUstream stream) {
+  return guardDriver(__func__, [&] {
+    if (dstContext == nullptr || srcContext == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDeviceToDevice, stream, false);
+  });
+}
+
 TALLY_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t count) {
   return guardDriver(__func__, [&] {
     return copy1D(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), count, cudaMemcpyDefault, nullptr, true);

@@ -159,6 +159,27 @@ int main() {
   expect(bad == 0, "cudaMemset3D / cudaMemset3DAsync on a pitched 3D allocation");
   // One row wider than the pitch is a linear range (measured natively on the H200: accepted).
   EXPECT_ERR(cudaMemset3D(box, 0, make_cudaExtent(box.pitch + 1, 1, 1)), cudaSuccess);
+  // cudaMemcpy3DPeer on one device: the whole box into a second pitched allocation.
+  cudaPitchedPtr box2;
+  CHECK(cudaMalloc3D(&box2, alloc));
+  cudaMemcpy3DPeerParms peerBox{};
+  peerBox.srcPtr = box;
+  peerBox.srcDevice = 0;
+  peerBox.dstPtr = box2;
+  peerBox.dstDevice = 0;
+  peerBox.extent = make_cudaExtent(alloc.width, alloc.height, alloc.depth);
+  CHECK(cudaMemcpy3DPeer(&peerBox));
+  CHECK(cudaMemcpy(cube.data(), box.ptr, cube.size(), cudaMemcpyDeviceToHost));  // as the single-row memset left it
+  std::vector<unsigned char> cube2(box2.pitch * alloc.height * alloc.depth);
+  CHECK(cudaMemcpy(cube2.data(), box2.ptr, cube2.size(), cudaMemcpyDeviceToHost));
+  bad = 0;
+  for (size_t z = 0; z < alloc.depth; ++z)
+    for (size_t y = 0; y < alloc.height; ++y)
+      for (size_t x = 0; x < alloc.width; ++x) {
+        bad += cube2[(z * alloc.height + y) * box2.pitch + x] != cube[(z * alloc.height + y) * box.pitch + x];
+      }
+  expect(bad == 0, "cudaMemcpy3DPeer of a pitched box on one device");
+  CHECK(cudaFree(box2.ptr));
   CHECK(cudaFree(box.ptr));
 
   // Peer copies on one device are device-to-device copies.
