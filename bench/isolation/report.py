@@ -34,7 +34,7 @@ BASELINES = ("hp-alone", "tally-hp-alone", "be-alone")
 SYSTEMS = ["native", "mps", "mps-prio", "green-split-*", "tally-passthrough", "tally-priority", "tally-no-gate",
            "tally-no-transforms", "tally-no-stream-priorities", "tally-partition", "tally-partition-64",
            "tally-partition-overlap", "tally-partition-gate", "tally-partition-24-overlap",
-           "tally-partition-overlap-dyn"]
+           "tally-partition-overlap-dyn", "tally-partition-control"]
 LABELS = {
     "native": "two native processes (time-sliced)",
     "mps": "MPS",
@@ -50,6 +50,7 @@ LABELS = {
     "tally-partition-gate": "tallyd priority + SM partition (40 SMs) + gate",
     "tally-partition-24-overlap": "tallyd priority + SM partition (24 SMs, overlap)",
     "tally-partition-overlap-dyn": "tallyd priority + SM partition (40 SMs, overlap), split only within 0.3 ms of HP work",
+    "tally-partition-control": "tallyd priority + SM partition (40 SMs, overlap) + online split control",
 }
 REQUESTS = {"small": "8 kernels, ~200 µs", "large": "48 kernels, ~3.7 ms"}
 BUILDS = {"ptx": "BE built with PTX (transformable)", "sass": "BE built SASS-only (code=sm_90)"}

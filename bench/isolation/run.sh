@@ -18,7 +18,7 @@
 #     --systems "…"   subset of: native mps mps-prio green-split-<N> tally-passthrough tally-priority
 #                     tally-no-gate tally-no-transforms tally-no-stream-priorities tally-partition
 #                     tally-partition-64 tally-partition-overlap tally-partition-gate
-#                     tally-partition-24-overlap tally-partition-overlap-dyn
+#                     tally-partition-24-overlap tally-partition-overlap-dyn tally-partition-control
 #                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest)
 #
 # Baselines, per repeat: hp-alone (native) and tally-hp-alone per request kind, be-alone (native)
@@ -88,7 +88,7 @@ known_system() {
   case $1 in
     native|mps|mps-prio|tally-passthrough|tally-priority|tally-no-gate|tally-no-transforms) ;;
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
-    tally-partition-24-overlap|tally-partition-overlap-dyn) ;;
+    tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control) ;;
     *) [[ $1 =~ ^green-split-[0-9]+$ ]] ;;
   esac
 }
@@ -201,6 +201,8 @@ tally_flags() {
     tally-partition-24-overlap) echo "--policy priority --sm-partition 24:overlap" ;;
     # Split only while HP has had work within 0.3 ms: BE gets every SM between requests.
     tally-partition-overlap-dyn) echo "--policy priority --sm-partition 40:overlap --partition-idle-ms 0.3" ;;
+    # Split only while that serves HP better than sharing every SM (learned from HP's waits).
+    tally-partition-control) echo "--policy priority --sm-partition 40:overlap --partition-control" ;;
   esac
 }
 
