@@ -180,10 +180,10 @@ def m_item_rtt():
         emit("item_rtt", label, "latency", stats(times, "us", 1e6, p99=True))
 
 
-def m_train_resnet50():
-    torch = setup_torch()
+def resnet50_train_step(torch, bs):
+    """One SGD step of ResNet-50 on a fixed random batch; the step returns the loss (on the GPU).
+    Shared with bench/pytorch_pairs/workload.py."""
     import torchvision
-    bs = env_int("RESNET_TRAIN_BS", 32)
     model = torchvision.models.resnet50(weights=None).cuda().train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x = torch.randn(bs, 3, 224, 224, device="cuda")
@@ -192,9 +192,17 @@ def m_train_resnet50():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
+        loss = loss_fn(model(x), y)
+        loss.backward()
         opt.step()
+        return loss
+    return step
 
+
+def m_train_resnet50():
+    torch = setup_torch()
+    bs = env_int("RESNET_TRAIN_BS", 32)
+    step = resnet50_train_step(torch, bs)
     t = timed_steps(torch, step, env_int("WARMUP_STEPS", 5), env_int("STEPS", 20))
     st = stats(t, "ms", 1e3)
     emit("train_resnet50", f"bs{bs}", "step time", st, throughput=bs / (st["median"] / 1e3), throughput_unit="images/s")
@@ -220,10 +228,10 @@ def m_train_bert():
          throughput_unit="sequences/s")
 
 
-def m_train_gpt2():
-    torch = setup_torch()
+def gpt2_train_step(torch, bs, seq):
+    """One AdamW step of GPT-2 small (bf16 autocast) on fixed random tokens; the step returns the
+    loss (on the GPU). Shared with bench/pytorch_pairs/workload.py."""
     import transformers
-    bs, seq = env_int("GPT2_TRAIN_BS", 4), env_int("GPT2_SEQ", 512)
     config = transformers.GPT2Config()
     model = transformers.GPT2LMHeadModel(config).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -235,7 +243,14 @@ def m_train_gpt2():
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
+        return loss
+    return step
 
+
+def m_train_gpt2():
+    torch = setup_torch()
+    bs, seq = env_int("GPT2_TRAIN_BS", 4), env_int("GPT2_SEQ", 512)
+    step = gpt2_train_step(torch, bs, seq)
     t = timed_steps(torch, step, env_int("WARMUP_STEPS", 5), env_int("STEPS", 20))
     st = stats(t, "ms", 1e3)
     emit("train_gpt2", f"bs{bs} seq{seq} bf16", "step time", st, throughput=bs * seq / (st["median"] / 1e3),

@@ -164,36 +164,13 @@ def run_hp(args):
 # ------------------------------------------------------------------ BE: training
 
 def build_be(torch, model_name):
-    """A training-step function that returns the loss (a GPU tensor)."""
+    """A training-step function that returns the loss (a GPU tensor): the same steps as
+    bench/pytorch/torch_bench.py measures alone (ResNet-50 batch 32; GPT-2 small, 4 x 512, bf16)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pytorch"))
+    import torch_bench
     if model_name == "resnet50":
-        import torchvision
-        model = torchvision.models.resnet50(weights=None).cuda().train()
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        x = torch.randn(32, 3, 224, 224, device="cuda")
-        y = torch.randint(0, 1000, (32,), device="cuda")
-        loss_fn = torch.nn.CrossEntropyLoss()
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-    else:
-        import transformers
-        config = transformers.GPT2Config()
-        model = transformers.GPT2LMHeadModel(config).cuda().train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        ids = torch.randint(0, config.vocab_size, (4, 512), device="cuda")
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            opt.step()
-            return loss
-    return step
+        return torch_bench.resnet50_train_step(torch, 32)
+    return torch_bench.gpt2_train_step(torch, 4, 512)
 
 
 def run_be(args):

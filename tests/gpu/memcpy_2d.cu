@@ -148,13 +148,18 @@ int main() {
   CHECK(cudaMemset3D(box, 0x5a, make_cudaExtent(40, 3, 4)));
   std::vector<unsigned char> cube(box.pitch * alloc.height * alloc.depth);
   CHECK(cudaMemcpy(cube.data(), box.ptr, cube.size(), cudaMemcpyDeviceToHost));
-  bad = 0;
-  for (size_t z = 0; z < alloc.depth; ++z)
-    for (size_t y = 0; y < alloc.height; ++y)
-      for (size_t x = 0; x < alloc.width; ++x) {
-        unsigned char want = x < 40 && y < 3 && z < 4 ? 0x5a : x < 99 ? 0x11 : cube[(z * alloc.height + y) * box.pitch + x];
-        if (cube[(z * alloc.height + y) * box.pitch + x] != want) ++bad;
-      }
+  // Bytes of the allocation's box at (x, y, z) for which `wrong` holds; `at` is the byte's offset.
+  auto countWrong = [&](size_t pitch, auto&& wrong) {
+    int n = 0;
+    for (size_t z = 0; z < alloc.depth; ++z)
+      for (size_t y = 0; y < alloc.height; ++y)
+        for (size_t x = 0; x < alloc.width; ++x) n += wrong(x, y, z, (z * alloc.height + y) * pitch + x) ? 1 : 0;
+    return n;
+  };
+  bad = countWrong(box.pitch, [&](size_t x, size_t y, size_t z, size_t at) {
+    if (x >= 99) return false;  // never set
+    return cube[at] != (x < 40 && y < 3 && z < 4 ? 0x5a : 0x11);
+  });
   std::printf("cudaMemset3D box: bad=%d\n", bad);
   expect(bad == 0, "cudaMemset3D / cudaMemset3DAsync on a pitched 3D allocation");
   // One row wider than the pitch is a linear range (measured natively on the H200: accepted).
@@ -172,12 +177,9 @@ int main() {
   CHECK(cudaMemcpy(cube.data(), box.ptr, cube.size(), cudaMemcpyDeviceToHost));  // as the single-row memset left it
   std::vector<unsigned char> cube2(box2.pitch * alloc.height * alloc.depth);
   CHECK(cudaMemcpy(cube2.data(), box2.ptr, cube2.size(), cudaMemcpyDeviceToHost));
-  bad = 0;
-  for (size_t z = 0; z < alloc.depth; ++z)
-    for (size_t y = 0; y < alloc.height; ++y)
-      for (size_t x = 0; x < alloc.width; ++x) {
-        bad += cube2[(z * alloc.height + y) * box2.pitch + x] != cube[(z * alloc.height + y) * box.pitch + x];
-      }
+  bad = countWrong(box2.pitch, [&](size_t x, size_t y, size_t z, size_t at) {
+    return cube2[at] != cube[(z * alloc.height + y) * box.pitch + x];
+  });
   expect(bad == 0, "cudaMemcpy3DPeer of a pitched box on one device");
   CHECK(cudaFree(box2.ptr));
   CHECK(cudaFree(box.ptr));
