@@ -14,6 +14,9 @@ struct DeviceInfo {
   streamPriorityLeast @7 :Int32;
   streamPriorityGreatest @8 :Int32;
   uuid @9 :Data;
+  # P2P attributes from this device towards each device of the Welcome's list (outer index: the
+  # peer's position there; inner index: CUdevice_P2PAttribute). All 0 towards itself.
+  p2pAttributes @10 :List(List(Int32));
 }
 
 struct DeviceRef {

@@ -5,6 +5,7 @@
 // give that a native one does — its own modules, streams and memory, freed when it is
 // destroyed — is listed in docs/compatibility.md and the README.
 #include "client/api/api_util.h"
+#include "client/api/peer_access.h"
 
 #include <cudaProfiler.h>
 #include <cuda_profiler_api.h>
@@ -234,6 +235,25 @@ TALLY_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long* id) {
   if (!c) return CUDA_ERROR_INVALID_CONTEXT;
   *id = c->id;
   return CUDA_SUCCESS;
+}
+
+// Peer access between contexts is access between their devices (peer_access.h).
+TALLY_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  return guardDriver(__func__, [&] {
+    std::optional<ContextRecord> self = Contexts::get().find(currentContext());
+    std::optional<ContextRecord> other = Contexts::get().find(peer);
+    if (!self || !other) return CUDA_ERROR_INVALID_CONTEXT;
+    return enablePeerAccess(self->device, other->device, flags);
+  });
+}
+
+TALLY_API CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  return guardDriver(__func__, [&] {
+    std::optional<ContextRecord> self = Contexts::get().find(currentContext());
+    std::optional<ContextRecord> other = Contexts::get().find(peer);
+    if (!self || !other) return CUDA_ERROR_INVALID_CONTEXT;
+    return disablePeerAccess(self->device, other->device);
+  });
 }
 
 // --- the exports older headers bind to (cuda.h renames these names to their newest version) ---

@@ -178,12 +178,6 @@ TALLY_API cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 
-TALLY_API cudaError_t cudaDeviceCanAccessPeer(int* can, int, int) {
-  if (can == nullptr) return finishRuntime(cudaErrorInvalidValue);
-  *can = 0;
-  return cudaSuccess;
-}
-
 TALLY_API cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
   return guardRuntime(__func__, [&] {
     if (id == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
@@ -229,16 +223,6 @@ CUresult deviceByPciBusId(int* device, const char* id) {
 // The L1/shared-memory split preferred for the current device: kept and read back, not applied
 // (tallyd's context is shared; the driver treats it as a hint anyway).
 std::atomic<int> gCachePreference[kMaxDevices] = {};
-
-// Peer access between two of the tenant's GPUs is not forwarded: every query answers "no".
-CUresult peerAttribute(int* value, int src, int dst) {
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = validDevice(src); r != CUDA_SUCCESS) return r;
-  if (CUresult r = validDevice(dst); r != CUDA_SUCCESS) return r;
-  if (src == dst) return CUDA_ERROR_INVALID_DEVICE;
-  *value = 0;
-  return CUDA_SUCCESS;
-}
 
 }  // namespace
 
@@ -303,10 +287,6 @@ TALLY_API cudaError_t cudaSetValidDevices(int* devices, int count) {
   });
 }
 
-TALLY_API cudaError_t cudaDeviceGetP2PAttribute(int* value, cudaDeviceP2PAttr, int src, int dst) {
-  return guardRuntime(__func__, [&] { return peerAttribute(value, src, dst); });
-}
-
 // --- driver ------------------------------------------------------------------------------------
 
 TALLY_API CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice device) {
@@ -323,20 +303,6 @@ TALLY_API CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
 
 TALLY_API CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
   return static_cast<CUresult>(cudaDeviceGetCacheConfig(reinterpret_cast<cudaFuncCache*>(config)));
-}
-
-TALLY_API CUresult cuDeviceCanAccessPeer(int* can, CUdevice device, CUdevice peer) {
-  return guardDriver(__func__, [&] {
-    if (can == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
-    if (CUresult r = validDevice(peer); r != CUDA_SUCCESS) return r;
-    *can = 0;
-    return CUDA_SUCCESS;
-  });
-}
-
-TALLY_API CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute, CUdevice src, CUdevice dst) {
-  return guardDriver(__func__, [&] { return peerAttribute(value, src, dst); });
 }
 
 TALLY_API CUresult cuInit(unsigned int) {

@@ -125,6 +125,10 @@ void ClientRuntime::connect() {
     view.streamPriorityGreatest = d.getStreamPriorityGreatest();
     auto uuid = d.getUuid();
     if (uuid.size() == sizeof(view.uuid.bytes)) std::memcpy(view.uuid.bytes, uuid.begin(), uuid.size());
+    for (auto row : d.getP2pAttributes()) {
+      std::vector<int>& values = view.p2p.emplace_back();
+      for (int v : row) values.push_back(v);
+    }
     devices_.push_back(std::move(view));
     if (devices_.size() == kMaxDevices) break;
   }

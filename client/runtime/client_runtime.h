@@ -33,7 +33,11 @@ struct DeviceView {
   int streamPriorityLeast = 0;
   int streamPriorityGreatest = 0;
   CUuuid uuid{};
+  std::vector<std::vector<int>> p2p;  // [peer][CUdevice_P2PAttribute], in the tenant's numbering
   int attribute(int a) const { return a >= 0 && static_cast<size_t>(a) < attributes.size() ? attributes[a] : 0; }
+  int p2pAttribute(size_t peer, int a) const {
+    return peer < p2p.size() && a >= 0 && static_cast<size_t>(a) < p2p[peer].size() ? p2p[peer][a] : 0;
+  }
 };
 
 // The code of a module as it is sent to tallyd: the image its device loads, and for a cubin the

@@ -82,7 +82,37 @@ std::vector<std::unique_ptr<Gpu>> Gpu::openAll(std::string& error) {
     makeContextCurrent(context);
     gpus.emplace_back(new Gpu(device, context, describeDevice(i, device)));
   }
+  enablePeerAccess(gpus);
   return gpus;
+}
+
+// tallyd's contexts reach each other's memory wherever the hardware allows, once for every
+// tenant: a tenant's cudaDeviceEnablePeerAccess is then bookkeeping in its client.
+void Gpu::enablePeerAccess(const std::vector<std::unique_ptr<Gpu>>& gpus) {
+  for (const auto& from : gpus) {
+    for (const auto& to : gpus) {
+      int can = 0;
+      if (from == to || cuDeviceCanAccessPeer(&can, from->device_, to->device_) != CUDA_SUCCESS || can == 0) continue;
+      from->makeCurrent();
+      CUresult r = cuCtxEnablePeerAccess(to->context_, 0);
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) {
+        spdlog::warn("GPU {} cannot reach GPU {}'s memory: {}", from->ordinal(), to->ordinal(), describe(r));
+      }
+    }
+  }
+}
+
+std::vector<int> Gpu::peerAttributes(const Gpu& peer) const {
+  constexpr int kLast = CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED;
+  std::vector<int> values(kLast + 1, 0);
+  if (&peer == this) return values;
+  for (int a = CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK; a <= kLast; ++a) {
+    int value = 0;
+    if (cuDeviceGetP2PAttribute(&value, static_cast<CUdevice_P2PAttribute>(a), device_, peer.device_) == CUDA_SUCCESS) {
+      values[static_cast<size_t>(a)] = value;
+    }
+  }
+  return values;
 }
 
 Gpu::Gpu(CUdevice device, CUcontext context, DeviceDescription description)

@@ -52,6 +52,9 @@ class Gpu {
   // "sm_90": the architecture kernel variants are compiled for.
   std::string arch() const { return "sm_" + std::to_string(description_.major * 10 + description_.minor); }
   int multiprocessors() const;
+  // CU_DEVICE_P2P_ATTRIBUTE_* values from this device towards `peer` (index = attribute); all 0
+  // towards itself or where the driver does not answer.
+  std::vector<int> peerAttributes(const Gpu& peer) const;
   // A driver call that touches no stream: returns the context's sticky error once a kernel faulted.
   CUresult probe() const;
   // The PTB helper kernels (variant_launch.h) in this context, loaded at startup; nullptr if
@@ -82,6 +85,7 @@ class Gpu {
 
  private:
   Gpu(CUdevice device, CUcontext context, DeviceDescription description);
+  static void enablePeerAccess(const std::vector<std::unique_ptr<Gpu>>& gpus);
 
   CUdevice device_;
   CUcontext context_;

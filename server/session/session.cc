@@ -73,6 +73,12 @@ void describeDevices(wire::Welcome::Builder welcome, const std::vector<gpu::Gpu*
     out.setStreamPriorityLeast(d.streamPriorityLeast);
     out.setStreamPriorityGreatest(d.streamPriorityGreatest);
     out.setUuid(kj::arrayPtr(reinterpret_cast<const kj::byte*>(d.uuid.data()), d.uuid.size()));
+    auto peers = out.initP2pAttributes(static_cast<unsigned>(gpus.size()));
+    for (unsigned j = 0; j < gpus.size(); ++j) {
+      std::vector<int> values = gpus[i]->peerAttributes(*gpus[j]);
+      auto row = peers.init(j, static_cast<unsigned>(values.size()));
+      for (unsigned a = 0; a < values.size(); ++a) row.set(a, values[a]);
+    }
   }
 }
 

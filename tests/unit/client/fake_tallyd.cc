@@ -48,6 +48,15 @@ std::vector<char> FakeTallyd::welcome() {
     device.setStreamPriorityGreatest(-5);
     std::string uuid(16, static_cast<char>(0x11 * (i + 1)));
     device.setUuid(kj::arrayPtr(reinterpret_cast<const kj::byte*>(uuid.data()), uuid.size()));
+    // Every pair of distinct devices is linked: rank 0, access, atomics, arrays, not partial.
+    auto peers = device.initP2pAttributes(devices.size());
+    for (unsigned j = 0; j < devices.size(); ++j) {
+      auto row = peers.init(j, CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED + 1);
+      for (int a : {CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+                    CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED}) {
+        row.set(static_cast<unsigned>(a), i != j ? 1 : 0);
+      }
+    }
   }
   return framed(message);
 }

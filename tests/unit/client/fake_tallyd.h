@@ -62,7 +62,8 @@ class FakeTallyd {
   // Sends HostFuncReady naming `callback` on `stream`.
   void sendHostFuncReady(uint64_t stream, uint64_t callback);
 
-  // Before the client connects: the Welcome offers `count` devices (uuids 0x11.., 0x22.., ...)
+  // Before the client connects: the Welcome offers `count` devices (uuids 0x11.., 0x22.., ...,
+  // every two of them peers)
   // and, when `shared`, maps client memfds (hostRegister: the descriptor is mapped here and
   // answered with a device address kFakeHostDeviceBase + its offset; device-to-host copies into
   // such memory write their 0xAB bytes into the mapping instead of sending them).
