@@ -644,9 +644,16 @@ MANAGED_NOTE = ("**Managed memory** (`cudaMallocManaged`, `cuMemAllocManaged`) i
                 "accepted and change nothing. Over TCP/TLS, or when tallyd cannot map that address, the "
                 "allocation answers NotSupported and logs why. `__managed__` variables are not supported.")
 
+PEER_NOTE = ("**Peer access** (`cudaDeviceCanAccessPeer`, `cudaDeviceGetP2PAttribute`, "
+             "`cudaDeviceEnablePeerAccess`, `cuCtxEnablePeerAccess` …) answers from the P2P attributes tallyd "
+             "reads from the driver for the tenant's GPUs. tallyd enables peer access between its own "
+             "contexts at startup wherever the hardware allows, so enabling it in the application is "
+             "bookkeeping (with the native errors): a kernel may reach a peer's memory even before the "
+             "application enabled it, which natively faults. Not yet run on a host with two GPUs.")
+
 CUDA_NOTES = {
-    "runtime": [MANAGED_NOTE, ""],
-    "driver": [MANAGED_NOTE, "","Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
+    "runtime": [MANAGED_NOTE, "", PEER_NOTE, ""],
+    "driver": [MANAGED_NOTE, "", PEER_NOTE, "","Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
                "`cuModuleGetSurfRef`) stay NotSupported: nvcc 13 cannot produce them any more "
                "(`texture<>`/`surface<>` references were removed in CUDA 12; `texture<float, 2> t;` "
                "fails with \"texture is not a template\"), so only binaries built with older toolkits "
