@@ -12,11 +12,11 @@ BUILD=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CENSUS=$BUILD/tests/gpu/gpu_sm_census
 HP_SMS=40
+# shellcheck source=../../scripts/tally_lib.sh
+source "$HERE/../../scripts/tally_lib.sh"
 
-if [[ ! -e /dev/nvidia0 ]] || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "SKIP: no GPU visible to tallyd (no /dev/nvidia0 or nvidia-smi -L failed)"
-  exit 77
-fi
+reason=$(tl_gpu_skip_reason)
+[[ -z $reason ]] || { echo "SKIP: no GPU visible to tallyd ($reason)"; exit 77; }
 TMPD=$(mktemp -d "${TMPDIR:-/tmp}/tally-partition.XXXXXX")
 SOCK=$TMPD/tallyd.sock
 TALLYD_PID=""
