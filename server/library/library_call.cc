@@ -38,6 +38,15 @@ void* LibraryCall::handle(uint32_t type) {
     workStream_ = streams_(h->streamId);
     if (workStream_ == nullptr) refuse(fmt::format("the stream {:#x} of handle {:#x} is gone", h->streamId, id));
   }
+  // Resolving may have moved the stream to another SM partition: the library's kernels must
+  // follow it, or they run unordered with the tenant's own work on that stream.
+  if (workStream_ != nullptr && h->bindStream != nullptr && h->boundStream != workStream_->stream) {
+    if (h->bindStream(h->object, workStream_->stream) != 0) {
+      refuse(fmt::format("handle {:#x}: the library refused its stream {:#x}", id, h->streamId));
+    } else {
+      h->boundStream = workStream_->stream;
+    }
+  }
   return h->object;
 }
 
@@ -211,7 +220,12 @@ int createHandle(LibraryCall& c, const HandleOps& ops) {
   void* handle = nullptr;
   if (int status = ops.create(&handle); status != 0) return status;
   if (s != nullptr) ops.bindStream(handle, s->stream);
-  if (!c.tenant().libraryObjects().insert(id, {ops.type, handle, ops.destroy, &c.gpu(), defaultStream, {}})) {
+  session::LibraryObject object{ops.type, handle, ops.destroy, &c.gpu(), defaultStream, {}};
+  if (s != nullptr) {
+    object.bindStream = ops.bindStream;
+    object.boundStream = s->stream;
+  }
+  if (!c.tenant().libraryObjects().insert(id, std::move(object))) {
     ops.destroy(handle);
     return ops.allocFailed;
   }
@@ -237,7 +251,9 @@ int setHandleStream(LibraryCall& c, const HandleOps& ops) {
   if (h == nullptr || s == nullptr) c.refuse(fmt::format("unknown handle {:#x} or stream {:#x}", id, streamId));
   if (c.refused()) return c.refusal();
   h->streamId = streamId;
-  return ops.bindStream(h->object, s->stream);
+  int status = ops.bindStream(h->object, s->stream);
+  if (status == 0) h->boundStream = s->stream;
+  return status;
 }
 
 // --- tables ------------------------------------------------------------------------------

@@ -6,6 +6,8 @@
 // may reference).
 #pragma once
 
+#include <cuda.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -27,6 +29,11 @@ struct LibraryObject {
   gpu::Gpu* gpu = nullptr;              // handles: the device they were created on
   uint64_t streamId = 0;                // handles: the client's id of the stream their work goes to
   std::shared_ptr<void> keepalive;      // host bytes the library keeps a pointer to (by-value tensors)
+  // Handles: how the library is pointed at a driver stream, and the one it points at now. A
+  // tenant stream's driver stream changes when it moves between SM partitions, so every call
+  // through the handle re-points it (LibraryCall::handle).
+  int (*bindStream)(void* handle, CUstream stream) = nullptr;
+  CUstream boundStream = nullptr;
 };
 
 class LibraryObjectTable {

@@ -184,6 +184,42 @@ TEST_F(LibraryCallTest, CreatedObjectsAreRegisteredOnlyWhenTheLibrarySucceeds) {
   EXPECT_TRUE(again.refused());
 }
 
+// A tenant stream moves between SM partitions (a new driver stream); the library's kernels must
+// follow it, so every call through a handle re-points the handle at the stream's driver stream.
+std::vector<CUstream> boundStreams;
+int recordBind(void*, CUstream stream) {
+  boundStreams.push_back(stream);
+  return 0;
+}
+
+TEST_F(LibraryCallTest, AHandleFollowsItsStreamWhenTheStreamMoves) {
+  session::StreamState stream;
+  stream.stream = reinterpret_cast<CUstream>(uintptr_t{0xa0});
+  session::LibraryObject handle{kCublasHandleType, reinterpret_cast<void*>(0x42), nullptr, nullptr, 0x10000, {}};
+  handle.bindStream = &recordBind;
+  handle.boundStream = stream.stream;
+  ASSERT_TRUE(tenant.libraryObjects().insert(0x42, handle));
+  boundStreams.clear();
+  auto callWith = [&] {
+    bytes = args.bytes();
+    return LibraryCall(tenant, *fakeGpu(), Library::kCublas, "test", ArgReader(bytes.data(), bytes.size()),
+                       [&](uint64_t id) { return id == 0x10000 ? &stream : nullptr; });
+  };
+  args.put(uint64_t{0x42});
+  LibraryCall unmoved = callWith();
+  EXPECT_EQ(unmoved.handle(kCublasHandleType), reinterpret_cast<void*>(0x42));
+  EXPECT_TRUE(boundStreams.empty());  // already there: no library call
+
+  stream.stream = reinterpret_cast<CUstream>(uintptr_t{0xb0});  // moved to a partition
+  LibraryCall moved = callWith();
+  EXPECT_EQ(moved.handle(kCublasHandleType), reinterpret_cast<void*>(0x42));
+  EXPECT_FALSE(moved.refused());
+  ASSERT_EQ(boundStreams.size(), 1u);
+  EXPECT_EQ(boundStreams[0], stream.stream);
+  EXPECT_EQ(tenant.libraryObjects().find(0x42, kCublasHandleType)->boundStream, stream.stream);
+  EXPECT_EQ(moved.workStream(), &stream);
+}
+
 TEST_F(LibraryCallTest, ObjectsAreReleasedNewestFirst) {
   session::LibraryObjectTable table;
   ASSERT_TRUE(table.insert(30, {1, reinterpret_cast<void*>(30), nullptr, nullptr, 0, {}}));
