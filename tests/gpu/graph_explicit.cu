@@ -9,6 +9,7 @@
 // driver API (cuGraphAdd*Node).
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -163,13 +164,16 @@ static void built_graph(Buffers& b, cudaStream_t s) {
   EXPECT_ERR(cudaGraphRemoveDependencies(clone, &clonedSet, &clonedKernel, nullptr, 1), cudaErrorInvalidValue);
   CHECK(cudaGraphDestroyNode(clonedKernel));
   CHECK(cudaGraphAddDependencies(clone, &clonedSet, &clonedCopy, nullptr, 1));
-  CHECK(cudaGraphDebugDotPrint(clone, "/tmp/tally_graph_explicit.dot", 0));
-  FILE* dot = std::fopen("/tmp/tally_graph_explicit.dot", "r");
+  // Per process: the suite runs this program twice at once as an HP+BE pair.
+  const std::string dotPath = "/tmp/tally_graph_explicit." + std::to_string(getpid()) + ".dot";
+  CHECK(cudaGraphDebugDotPrint(clone, dotPath.c_str(), 0));
+  FILE* dot = std::fopen(dotPath.c_str(), "r");
   expect(dot != nullptr, "cudaGraphDebugDotPrint wrote its file");
   if (dot != nullptr) {
     char head[16] = {};
     expect(std::fread(head, 1, 7, dot) == 7 && std::strncmp(head, "digraph", 7) == 0, "a DOT digraph");
     std::fclose(dot);
+    std::remove(dotPath.c_str());
   }
   cudaGraphExec_t cloneExec;
   CHECK(cudaGraphInstantiate(&cloneExec, clone, 0));
