@@ -35,6 +35,7 @@ inline uint32_t currentDevice() { return static_cast<uint32_t>(threadState().dev
 // connection's error); a device-wide sync of the current device, for this tenant's work only.
 CUresult validDevice(int ordinal);
 CUresult synchronizeDevice();
+CUresult synchronizeDevice(uint32_t device);
 
 // host_register.cc: cudaHostGetDevicePointer of registered memory (region `region` at `key`):
 // tallyd's device address of `host` when the pages are shared with it, else NotSupported.

@@ -208,7 +208,25 @@ TALLY_API CUresult cuCtxGetDevice(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 
-TALLY_API CUresult cuCtxSynchronize() { return guardDriver(__func__, synchronizeDevice); }
+TALLY_API CUresult cuCtxSynchronize() { return guardDriver(__func__, [] { return synchronizeDevice(); }); }
+
+// CUDA 13: the context to ask about is an argument (null: the current one).
+TALLY_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  if (ctx == nullptr) return cuCtxGetDevice(device);
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::optional<ContextRecord> record = Contexts::get().find(ctx);
+  if (!record) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = record->device;
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  return guardDriver(__func__, [&] {
+    if (ctx == nullptr) return synchronizeDevice();
+    std::optional<ContextRecord> record = Contexts::get().find(ctx);
+    return record ? synchronizeDevice(static_cast<uint32_t>(record->device)) : CUDA_ERROR_INVALID_CONTEXT;
+  });
+}
 
 TALLY_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -261,6 +279,8 @@ TALLY_API CUresult cuCtxDisablePeerAccess(CUcontext peer) {
 #undef cuCtxDestroy
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 
 TALLY_API CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice device) {
   return guardDriver(__func__, [&] { return createContext(pctx, flags, device); });
@@ -268,6 +288,10 @@ TALLY_API CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev
 TALLY_API CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 TALLY_API CUresult cuCtxPushCurrent(CUcontext ctx) { return makeCurrent(ctx, true); }
 TALLY_API CUresult cuCtxPopCurrent(CUcontext* ctx) { return popCurrent(ctx); }
+// The first generation differs only in what a release to zero does to a context in use; the
+// primary contexts here live as long as the process, so both generations answer alike.
+TALLY_API CUresult cuDevicePrimaryCtxRelease(CUdevice device) { return cuDevicePrimaryCtxRelease_v2(device); }
+TALLY_API CUresult cuDevicePrimaryCtxReset(CUdevice device) { return cuDevicePrimaryCtxReset_v2(device); }
 
 // --- profiler ------------------------------------------------------------------------------------
 

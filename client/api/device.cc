@@ -20,9 +20,11 @@ CUresult validDevice(int ordinal) {
 
 // A device-wide sync while one of this process's captures is open on the device is refused in
 // every capture mode (and the capture invalidated), as natively.
-CUresult synchronizeDevice() {
-  if (CUresult r = captureTable().checkDeviceSync(currentDevice()); r != CUDA_SUCCESS) return r;
-  return ClientRuntime::get().sync([](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(currentDevice()); });
+CUresult synchronizeDevice() { return synchronizeDevice(currentDevice()); }
+
+CUresult synchronizeDevice(uint32_t device) {
+  if (CUresult r = captureTable().checkDeviceSync(device); r != CUDA_SUCCESS) return r;
+  return ClientRuntime::get().sync([device](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(device); });
 }
 
 }  // namespace tally::client
@@ -147,10 +149,10 @@ TALLY_API cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest
   return guardRuntime(__func__, [&] { return streamPriorityRange(least, greatest); });
 }
 
-TALLY_API cudaError_t cudaDeviceSynchronize() { return guardRuntime(__func__, synchronizeDevice); }
+TALLY_API cudaError_t cudaDeviceSynchronize() { return guardRuntime(__func__, [] { return synchronizeDevice(); }); }
 
 // A shared context cannot be reset for one tenant: wait for its work, keep its objects.
-TALLY_API cudaError_t cudaDeviceReset() { return guardRuntime(__func__, synchronizeDevice); }
+TALLY_API cudaError_t cudaDeviceReset() { return guardRuntime(__func__, [] { return synchronizeDevice(); }); }
 
 TALLY_API cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
   return guardRuntime(__func__, [&] { return setLimit(limit, value); });
@@ -397,3 +399,8 @@ TALLY_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
 TALLY_API CUresult cuMemGetInfo(size_t* free, size_t* total) {
   return guardDriver(__func__, [&] { return memGetInfo(free, total); });
 }
+
+// --- the export older headers bind to (cuda.h renames cuDeviceGetUuid to its _v2) -----------
+#undef cuDeviceGetUuid
+// The same answer: the tenant never sees MIG instances, where the two generations differ.
+TALLY_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice device) { return cuDeviceGetUuid_v2(uuid, device); }

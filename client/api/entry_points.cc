@@ -14,6 +14,8 @@ CUresult lookup(const char* symbol, void** out, int version, bool perThread, CUd
   if (symbol == nullptr || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const DriverProc* proc = findDriverProc(symbol, version, perThread);
   if (proc != nullptr && !proc->implemented()) proc = nullptr;
+  // What a runtime probed and did not get is the first thing to know when it refuses to start.
+  if (proc == nullptr) spdlog::debug("tally: driver entry point {} (CUDA {}) not found", symbol, version);
   *out = proc != nullptr ? proc->fn : nullptr;
   if (status != nullptr) *status = proc != nullptr ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   return proc != nullptr ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
@@ -40,4 +42,11 @@ TALLY_API cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void*
   lookup(symbol, funcPtr, static_cast<int>(cudaVersion), (flags & cudaEnablePerThreadDefaultStream) != 0,
          reinterpret_cast<CUdriverProcAddressQueryResult*>(status));
   return cudaSuccess;
+}
+
+// --- the export older headers bind to (cuda.h renames cuGetProcAddress to its _v2) ----------
+#undef cuGetProcAddress
+// CUDA 11.3–11.8: no out-parameter for why a symbol was not found.
+TALLY_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  return lookup(symbol, pfn, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, nullptr);
 }

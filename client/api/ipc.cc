@@ -150,3 +150,9 @@ TALLY_API CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) 
 TALLY_API CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
   return guardDriver(__func__, [&] { return openEventHandle(event, &handle); });
 }
+
+// --- the export older headers bind to (cuda.h renames cuIpcOpenMemHandle to its _v2) --------
+#undef cuIpcOpenMemHandle
+TALLY_API CUresult cuIpcOpenMemHandle(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned int flags) {
+  return cuIpcOpenMemHandle_v2(ptr, handle, flags);
+}

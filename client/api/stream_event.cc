@@ -448,3 +448,10 @@ TALLY_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   return guardDriver(__func__, [&] { return elapsedTime(ms, start, end); });
 }
 TALLY_API CUresult cuEventDestroy(CUevent event) { return guardDriver(__func__, [&] { return destroyEvent(event); }); }
+
+// --- the export older headers bind to (cuda.h renames cuEventElapsedTime to its _v2) --------
+#undef cuEventElapsedTime
+// The second generation only tightened which events may be timed; the answer is the same.
+TALLY_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  return cuEventElapsedTime_v2(ms, start, end);
+}

@@ -651,9 +651,17 @@ PEER_NOTE = ("**Peer access** (`cudaDeviceCanAccessPeer`, `cudaDeviceGetP2PAttri
              "bookkeeping (with the native errors): a kernel may reach a peer's memory even before the "
              "application enabled it, which natively faults. Not yet run on a host with two GPUs.")
 
+EXPORT_TABLE_NOTE = ("**Programs with their own CUDA runtime** (linked statically: nvcc's default without "
+                     "`-cudart shared`, CuPy's wheels, JAX's CUDA plugin) reach the driver through "
+                     "`cuGetExportTable`'s private tables, whose layouts are undocumented and through which the "
+                     "runtime checks the driver's validity. `cuGetExportTable` is implemented only to refuse "
+                     "every table with NotSupported and log which one was asked for, so such a program stops "
+                     "at its first CUDA call with `cudaErrorNotSupported` and a log line that says to build "
+                     "with `-cudart shared` (without it the runtime reported an old driver).")
+
 CUDA_NOTES = {
     "runtime": [MANAGED_NOTE, "", PEER_NOTE, ""],
-    "driver": [MANAGED_NOTE, "", PEER_NOTE, "","Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
+    "driver": [MANAGED_NOTE, "", PEER_NOTE, "", EXPORT_TABLE_NOTE, "", "Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
                "`cuModuleGetSurfRef`) stay NotSupported: nvcc 13 cannot produce them any more "
                "(`texture<>`/`surface<>` references were removed in CUDA 12; `texture<float, 2> t;` "
                "fails with \"texture is not a template\"), so only binaries built with older toolkits "

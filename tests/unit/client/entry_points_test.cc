@@ -225,3 +225,59 @@ TEST(StreamMemoryOps, WhatTheDriverRefusesAtTheCallIsNotSent) {
 }
 
 }  // namespace
+
+namespace {
+
+// Asked with the CUDA version its caller was built for, a lookup returns the generation of that
+// ABI; the old generations of these are implemented too (a runtime built for CUDA 13 asks for
+// cuDevicePrimaryCtxRelease as of 7.0 and cuEventElapsedTime as of 2.0).
+TEST_F(EntryPoints, OlderGenerationsOfImplementedFunctionsAreFound) {
+  const std::pair<const char*, int> generations[] = {
+      {"cuDevicePrimaryCtxRelease", 7000}, {"cuDevicePrimaryCtxReset", 7000}, {"cuEventElapsedTime", 2000},
+      {"cuDeviceGetUuid", 9020},           {"cuIpcOpenMemHandle", 4010},      {"cuGetProcAddress", 11030},
+      {"cuCtxSynchronize", 13000},         {"cuCtxGetDevice", 13000},
+  };
+  for (const auto& [name, version] : generations) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    EXPECT_EQ(cuGetProcAddress(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status), CUDA_SUCCESS)
+        << name << " as of " << version;
+    EXPECT_NE(fn, nullptr) << name;
+  }
+  using OldProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t);
+  void* old = nullptr;
+  ASSERT_EQ(cuGetProcAddress("cuGetProcAddress", &old, 11030, CU_GET_PROC_ADDRESS_DEFAULT, nullptr), CUDA_SUCCESS);
+  void* launch = nullptr;
+  EXPECT_EQ(reinterpret_cast<OldProcAddress>(old)("cuLaunchKernel", &launch, CUDA_VERSION, 0), CUDA_SUCCESS);
+  EXPECT_NE(launch, nullptr);
+}
+
+TEST_F(EntryPoints, TheContextArgumentOfCuda13SyncAndDeviceQueries) {
+  CUcontext primary = nullptr;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  CUdevice device = -1;
+  EXPECT_EQ(cuCtxGetDevice_v2(&device, primary), CUDA_SUCCESS);
+  EXPECT_EQ(device, 0);
+  EXPECT_EQ(cuCtxSynchronize_v2(primary), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize_v2(nullptr), CUDA_SUCCESS);
+  int notAContext = 0;
+  EXPECT_EQ(cuCtxGetDevice_v2(&device, reinterpret_cast<CUcontext>(&notAContext)), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuCtxSynchronize_v2(reinterpret_cast<CUcontext>(&notAContext)), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+// The private tables are refused with NotSupported (never a table the runtime would misread),
+// but the lookup is found, so a statically linked runtime reports NotSupported, not an old driver.
+TEST_F(EntryPoints, ExportTablesAreRefusedButTheLookupExists) {
+  void* fn = nullptr;
+  ASSERT_EQ(cuGetProcAddress("cuGetExportTable", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, nullptr), CUDA_SUCCESS);
+  const unsigned char cudartInterfaceBytes[16] = {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a,
+                                                  0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9};
+  CUuuid cudartInterface;
+  std::memcpy(cudartInterface.bytes, cudartInterfaceBytes, 16);
+  const void* table = &fn;
+  EXPECT_EQ(cuGetExportTable(&table, &cudartInterface), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(table, nullptr);
+  EXPECT_EQ(cuGetExportTable(nullptr, &cudartInterface), CUDA_ERROR_INVALID_VALUE);
+}
+
+}  // namespace
