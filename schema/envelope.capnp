@@ -145,6 +145,9 @@ struct Call {
     mipmappedArrayCreate @71 :Array.MipmappedArrayCreate;
     mipmappedArrayGetLevel @72 :Array.MipmappedArrayGetLevel;  # Reply.arrayDescriptor
     mipmappedArrayDestroy @73 :Array.ArrayRef;
+
+    moduleFunctionNames @74 :Module.ModuleRef;           # Reply.functionNames
+    graphExecUpdate @75 :Graph.GraphExecUpdate;          # Reply.graph.execUpdate
   }
 }
 
@@ -167,6 +170,7 @@ struct Reply {
     tensorMap @13 :Data;          # the 128 bytes of an encoded CUtensorMap
     link @14 :Module.LinkResult;  # linkCreate, linkAddData, linkComplete
     arrayDescriptor @15 :Array.ArrayDescriptor;  # mipmappedArrayGetLevel: the level's descriptor
+    functionNames @16 :List(Text);  # moduleFunctionNames: the module's kernels, in the driver's order
   }
 }
 

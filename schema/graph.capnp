@@ -1,7 +1,7 @@
 @0xf4a67514ce7b2b4c;
 # CUDA graphs: stream capture on the tenant's own streams, the graphs it yields, their
 # executable instances, and explicit construction: kernel, device-to-device copy, empty, memset,
-# event and child graph nodes, edges by node id, removed nodes and clones.
+# event, child graph and host nodes, edges by node id, removed nodes and clones.
 #
 # Graph and exec ids are chosen by the client, like stream ids, and are private to the tenant;
 # tallyd maps them to its own CUgraph / CUgraphExec. A node is named by its graph and its
@@ -46,6 +46,17 @@ struct GraphLaunch {
   # Also cuGraphUpload's arguments.
   exec @0 :UInt64;
   stream @1 :UInt64;
+  hostNodes @2 :List(HostNodeLaunch);  # launch: one entry per host node of the executable graph
+}
+
+struct HostNodeLaunch {
+  # A host node runs in the client (schema/stream.capnp HostFunc, shared words): in this launch
+  # the node writes `sequence` to `reachedWord` and waits until `doneWord` >= it. The client
+  # chooses the words (one pair per executable graph and node) and a new sequence per launch.
+  node @0 :UInt32;                # node id in the graph the executable graph was instantiated from
+  reachedWord @1 :UInt64;         # client addresses in a registered shared region
+  doneWord @2 :UInt64;
+  sequence @3 :UInt32;
 }
 
 struct GraphNodeRef {
@@ -107,6 +118,8 @@ struct AddNode {
     eventRecord @4 :UInt64;       # the tenant's event id
     eventWait @5 :UInt64;
     childGraph @6 :UInt64;        # the tenant's graph id: the node embeds a copy of it
+    host @7 :Void;                # runs in the client at every launch (HostNodeLaunch); Unix-socket
+                                  # clients that share memory only; not inside a child graph
   }
 }
 
@@ -139,12 +152,27 @@ struct NodeSetEnabled {
   enabled @1 :Bool;
 }
 
+struct GraphExecUpdate {
+  # cuGraphExecUpdate: the executable graph takes the parameters of `graph`, which must have its
+  # graph's shape. Neither may hold host nodes (their words are set per launch on the nodes the
+  # exec was instantiated with).
+  exec @0 :UInt64;
+  graph @1 :UInt64;
+}
+
+struct ExecUpdateResult {
+  result @0 :UInt32;              # CUgraphExecUpdateResult
+  errorNode @1 :UInt32;           # node id in `graph` (0: none)
+  errorFromNode @2 :UInt32;       # node id in the exec's own graph (0: none, or that graph is gone)
+}
+
 struct GraphReply {
   union {
     nodeTypes @0 :List(UInt8);    # graphGetNodes: CUgraphNodeType of node id i + 1 (kRemovedNode: destroyed)
     kernelNode @1 :KernelNodeParams;
     edges @2 :GraphEdges;         # graphGetEdges
     memsetNode @3 :Memory.Memset; # graphMemsetNodeGetParams (`stream` unused)
+    execUpdate @4 :ExecUpdateResult;
   }
 }
 

@@ -13,6 +13,7 @@
 #include "client/runtime/argument_checks.h"
 #include "client/runtime/arguments.h"
 #include "client/runtime/capture_table.h"
+#include "client/runtime/host_callback_words.h"
 
 #include <capnp/schema.h>
 
@@ -109,6 +110,7 @@ CUresult instantiate(CUgraphExec* out, CUgraph graph, unsigned long long flags, 
   e->id = rt().newHandleId();
   e->device = g->device;
   e->graph = g->id;
+  e->origin = g;
   e->flags = flags;
   CUresult r = rt().call([&](wire::Call::Builder c) {
     auto i = c.initGraphInstantiate();
@@ -120,9 +122,34 @@ CUresult instantiate(CUgraphExec* out, CUgraph graph, unsigned long long flags, 
     delete e;
     return r;
   }
+  {
+    std::lock_guard lock(g->mutex);
+    for (const auto& [id, node] : g->nodes) {
+      if (node->type == CU_GRAPH_NODE_TYPE_HOST) e->hostNodes.emplace(id, node->host);
+    }
+  }
   registerHandle(e);
   *out = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;
+}
+
+// Queues this launch's run of every host node of `e` on the client's callback thread and says
+// which words and sequence each node uses; false (nothing queued) when the word pairs run out.
+bool queueHostNodes(GraphExecHandle& e, std::vector<std::pair<uint32_t, HostCallbackWords::Ticket>>& tickets) {
+  std::lock_guard lock(e.mutex);
+  if (e.hostNodes.empty()) return true;
+  HostCallbackWords* words = rt().hostCallbackWords();
+  if (words == nullptr) return false;
+  for (const auto& [id, call] : e.hostNodes) {
+    HostCallbackWords::Ticket ticket;
+    if (!words->enqueue(hostNodeKey(e.id, id), [call] { call.fn(call.userData); }, ticket)) {
+      for (const auto& queued : tickets) words->cancelLast(hostNodeKey(e.id, queued.first));
+      tickets.clear();
+      return false;
+    }
+    tickets.emplace_back(id, ticket);
+  }
+  return true;
 }
 
 // Launch (or upload): one-way and stream-ordered, like a kernel launch.
@@ -131,11 +158,59 @@ CUresult launch(CUgraphExec exec, CUstream stream, bool upload, Api api) {
   if (CUresult r = checked(exec, HandleMagic::kGraphExec, api, e); r != CUDA_SUCCESS) return r;
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
-  return rt().post([&](wire::Call::Builder c) {
+  std::vector<std::pair<uint32_t, HostCallbackWords::Ticket>> tickets;
+  if (!upload && !queueHostNodes(*e, tickets)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = rt().post([&](wire::Call::Builder c) {
     auto l = upload ? c.initGraphUpload() : c.initGraphLaunch();
     l.setExec(e->id);
     l.setStream(id);
+    if (tickets.empty()) return;
+    auto hostNodes = l.initHostNodes(static_cast<unsigned>(tickets.size()));
+    for (unsigned i = 0; i < tickets.size(); ++i) {
+      hostNodes[i].setNode(tickets[i].first);
+      hostNodes[i].setReachedWord(tickets[i].second.reachedWord);
+      hostNodes[i].setDoneWord(tickets[i].second.doneWord);
+      hostNodes[i].setSequence(tickets[i].second.sequence);
+    }
   });
+  if (r != CUDA_SUCCESS) {
+    for (const auto& queued : tickets) rt().hostCallbackWords()->cancelLast(hostNodeKey(e->id, queued.first));
+  }
+  return r;
+}
+
+// The handle of node `id` of `g` (nullptr for 0 or a node unknown here).
+CUgraphNode nodeHandle(GraphHandle* g, uint32_t id) {
+  if (g == nullptr || id == 0) return nullptr;
+  std::lock_guard lock(g->mutex);
+  if (learnNodes(*g) != CUDA_SUCCESS) return nullptr;
+  auto it = g->nodes.find(id);
+  return it == g->nodes.end() ? nullptr : reinterpret_cast<CUgraphNode>(it->second);
+}
+
+// cudaGraphExecUpdate: tallyd's driver decides; resultInfo names the nodes by this client's handles.
+CUresult updateExec(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info, Api api) {
+  GraphExecHandle* e = nullptr;
+  if (CUresult r = checked(exec, HandleMagic::kGraphExec, api, e); r != CUDA_SUCCESS) return r;
+  GraphHandle* g = nullptr;
+  if (CUresult r = checked(graph, HandleMagic::kGraph, api, g); r != CUDA_SUCCESS) return r;
+  ReplyMessage reply;
+  CUresult r = rt().call([&](wire::Call::Builder c) {
+    auto u = c.initGraphExecUpdate();
+    u.setExec(e->id);
+    u.setGraph(g->id);
+  }, &reply);
+  std::optional<wire::GraphReply::Reader> answer = graphReply(reply.reply());
+  if (!answer || !answer->isExecUpdate()) return r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN;
+  auto result = answer->getExecUpdate();
+  if (info == nullptr) return r;  // null: the caller wants the status only
+  GraphHandle* origin = checkedHandle<GraphHandle>(e->origin, HandleMagic::kGraph);
+  if (origin != nullptr && origin->id != e->graph) origin = nullptr;  // another graph at that address
+  *info = CUgraphExecUpdateResultInfo{};
+  info->result = static_cast<CUgraphExecUpdateResult>(result.getResult());
+  info->errorNode = nodeHandle(g, result.getErrorNode());
+  info->errorFromNode = nodeHandle(origin, result.getErrorFromNode());
+  return r;
 }
 
 CUresult destroyGraph(CUgraph graph, Api api) {
@@ -151,6 +226,10 @@ CUresult destroyExec(CUgraphExec exec, Api api) {
   if (CUresult r = checked(exec, HandleMagic::kGraphExec, api, e); r != CUDA_SUCCESS) return r;
   handleRegistry().remove(e);
   CUresult r = rt().post([&](wire::Call::Builder c) { c.initGraphExecDestroy().setExec(e->id); });
+  // Only an exec with host nodes has word pairs (asking for the words maps them on first use).
+  if (HostCallbackWords* words = e->hostNodes.empty() ? nullptr : rt().hostCallbackWords(); words != nullptr) {
+    for (const auto& [node, call] : e->hostNodes) words->release(hostNodeKey(e->id, node));
+  }
   delete e;
   return r;
 }
@@ -339,9 +418,10 @@ CUresult addCopyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* depende
 CUresult runtimeRequest(const cudaKernelNodeParams* p, uint32_t device, KernelNodeRequest& out) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
-  KernelRecord* kernel = rt().kernelFor(p->func);
-  if (kernel == nullptr) return static_cast<CUresult>(cudaErrorInvalidDeviceFunction);
-  if (CUresult r = rt().functionOf(kernel, device, out.function); r != CUDA_SUCCESS) return r;
+  // A host function, a cudaKernel_t of cudaGetKernel, or one of cudaLibraryGetKernel.
+  CUresult found = rt().runtimeFunction(p->func, device, out.function);
+  if (found == CUDA_ERROR_INVALID_HANDLE) return static_cast<CUresult>(cudaErrorInvalidDeviceFunction);
+  if (found != CUDA_SUCCESS) return found;
   out.grid[0] = p->gridDim.x;
   out.grid[1] = p->gridDim.y;
   out.grid[2] = p->gridDim.z;
@@ -581,6 +661,13 @@ TALLY_API cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t exec, cudaStream_t st
 TALLY_API cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   return guardRuntime(__func__, [&] { return destroyGraph(reinterpret_cast<CUgraph>(graph), Api::kRuntime); });
 }
+TALLY_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
+  static_assert(sizeof(cudaGraphExecUpdateResultInfo) == sizeof(CUgraphExecUpdateResultInfo));
+  return guardRuntime(__func__, [&] {
+    return updateExec(reinterpret_cast<CUgraphExec>(exec), reinterpret_cast<CUgraph>(graph),
+                      reinterpret_cast<CUgraphExecUpdateResultInfo*>(info), Api::kRuntime);
+  });
+}
 TALLY_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   return guardRuntime(__func__, [&] { return destroyExec(reinterpret_cast<CUgraphExec>(exec), Api::kRuntime); });
 }
@@ -677,6 +764,9 @@ TALLY_API CUresult cuGraphUpload(CUgraphExec exec, CUstream stream) {
 }
 TALLY_API CUresult cuGraphDestroy(CUgraph graph) {
   return guardDriver(__func__, [&] { return destroyGraph(graph, Api::kDriver); });
+}
+TALLY_API CUresult cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {  // _v2
+  return guardDriver(__func__, [&] { return updateExec(exec, graph, info, Api::kDriver); });
 }
 TALLY_API CUresult cuGraphExecDestroy(CUgraphExec exec) {
   return guardDriver(__func__, [&] { return destroyExec(exec, Api::kDriver); });

@@ -21,6 +21,12 @@ inline ClientRuntime& rt() { return ClientRuntime::get(); }
 
 struct GraphHandle;
 
+// What a host node runs, in this process, at every launch of an executable graph that holds it.
+struct HostNodeCall {
+  CUhostFn fn = nullptr;
+  void* userData = nullptr;
+};
+
 struct GraphNodeHandle {
   HandleMagic magic = HandleMagic::kGraphNode;
   GraphHandle* graph = nullptr;
@@ -30,6 +36,7 @@ struct GraphNodeHandle {
   // stay valid until the next such call on the node, or the graph's end.
   std::vector<uint8_t> paramBytes;
   std::vector<void*> paramPointers;
+  HostNodeCall host;  // host nodes: what they run (tallyd knows only that they are host nodes)
 };
 
 struct GraphHandle {
@@ -49,8 +56,15 @@ struct GraphExecHandle {
   uint64_t id = 0;
   uint32_t device = 0;
   uint64_t graph = 0;  // id of the graph it was instantiated from: its nodes are the ones to set
+  GraphHandle* origin = nullptr;  // that graph's handle, valid only while registered with that id
   unsigned long long flags = 0;  // as instantiated (cudaGraphExecGetFlags)
+  std::mutex mutex;              // guards hostNodes
+  std::map<uint32_t, HostNodeCall> hostNodes;  // by node id, as instantiated or set since
 };
+
+// The key of an executable graph's host node among the client's host-callback word pairs
+// (runtime/host_callback_words.h, which keys streams by their ids: those never set the top bit).
+inline uint64_t hostNodeKey(uint64_t exec, uint32_t node) { return (uint64_t{1} << 63) | (exec << 24) | node; }
 
 enum class Api { kRuntime, kDriver };
 

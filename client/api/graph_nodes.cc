@@ -107,6 +107,74 @@ CUresult addChildGraphNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* d
                  }, api);
 }
 
+// --- host nodes -------------------------------------------------------------------------------
+// tallyd's graph holds a node that, at each launch, hands the client's callback thread the turn
+// through two words of memory shared over the Unix socket and waits for it (schema/graph.capnp
+// HostNodeLaunch); what the node runs stays here, as for cudaLaunchHostFunc.
+
+CUresult addHostNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                     HostNodeCall call, Api api) {
+  if (call.fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  if (rt().hostCallbackWords() == nullptr) {
+    spdlog::warn("tally: graph host nodes need memory shared with tallyd (a Unix socket); returning NotSupported");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  CUresult r = addNode(out, graph, dependencies, count, CU_GRAPH_NODE_TYPE_HOST,
+                       [](wire::Call::Builder c, uint64_t graphId, const std::vector<uint32_t>& ids) {
+                         auto a = c.initGraphAddNode();
+                         a.setGraph(graphId);
+                         setIds(a.initDependencies(static_cast<unsigned>(ids.size())), ids);
+                         a.setHost();
+                       }, api);
+  if (r != CUDA_SUCCESS) return r;
+  auto* node = reinterpret_cast<GraphNodeHandle*>(*out);
+  std::lock_guard lock(node->graph->mutex);
+  node->host = call;
+  return CUDA_SUCCESS;
+}
+
+CUresult hostNode(CUgraphNode node, Api api, GraphNodeHandle*& out) {
+  if (CUresult r = checked(node, HandleMagic::kGraphNode, api, out); r != CUDA_SUCCESS) return r;
+  return out->type == CU_GRAPH_NODE_TYPE_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult getHostNode(CUgraphNode node, HostNodeCall* out, Api api) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphNodeHandle* n = nullptr;
+  if (CUresult r = hostNode(node, api, n); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(n->graph->mutex);
+  *out = n->host;
+  return CUDA_SUCCESS;
+}
+
+CUresult setHostNode(CUgraphNode node, const HostNodeCall* call, Api api) {
+  if (call == nullptr || call->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphNodeHandle* n = nullptr;
+  if (CUresult r = hostNode(node, api, n); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(n->graph->mutex);
+  n->host = *call;
+  return CUDA_SUCCESS;
+}
+
+// The node must be a host node of the graph `exec` was instantiated from; later launches run the
+// new function, the graph keeps its own.
+CUresult setExecHostNode(CUgraphExec exec, CUgraphNode node, const HostNodeCall* call, Api api) {
+  if (call == nullptr || call->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphExecHandle* e = nullptr;
+  if (CUresult r = checked(exec, HandleMagic::kGraphExec, api, e); r != CUDA_SUCCESS) return r;
+  GraphNodeHandle* n = nullptr;
+  if (CUresult r = hostNode(node, api, n); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(e->mutex);
+  auto it = e->hostNodes.find(n->id);
+  if (n->graph->id != e->graph || it == e->hostNodes.end()) return CUDA_ERROR_INVALID_VALUE;
+  it->second = *call;
+  return CUDA_SUCCESS;
+}
+
+HostNodeCall hostCallOf(const cudaHostNodeParams* p) { return p == nullptr ? HostNodeCall{} : HostNodeCall{p->fn, p->userData}; }
+HostNodeCall hostCallOf(const CUDA_HOST_NODE_PARAMS* p) { return p == nullptr ? HostNodeCall{} : HostNodeCall{p->fn, p->userData}; }
+
 // --- structure --------------------------------------------------------------------------------
 
 using Edges = std::vector<std::pair<GraphNodeHandle*, GraphNodeHandle*>>;
@@ -321,7 +389,7 @@ CUresult cloneGraph(CUgraph* out, CUgraph original, Api api) {
   clone->clonedFrom = g->id;
   clone->nodesKnown = true;
   for (auto& [id, node] : g->nodes) {
-    nodeOf(*clone, id, node->type);
+    nodeOf(*clone, id, node->type)->host = node->host;
     clone->clonedIds = id;
   }
   publishGraph(clone, out);
@@ -443,6 +511,38 @@ TALLY_API cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* node, cudaGrap
     return addChildGraphNode(asNodes(node), asGraph(graph), asNodes(dependencies), count, asGraph(child), Api::kRuntime);
   });
 }
+TALLY_API cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
+                                          size_t count, const cudaHostNodeParams* params) {
+  return guardRuntime(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return addHostNode(asNodes(node), asGraph(graph), asNodes(dependencies), count, hostCallOf(params), Api::kRuntime);
+  });
+}
+TALLY_API cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, cudaHostNodeParams* params) {
+  return guardRuntime(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    HostNodeCall call;
+    CUresult r = getHostNode(reinterpret_cast<CUgraphNode>(node), &call, Api::kRuntime);
+    if (r == CUDA_SUCCESS) *params = cudaHostNodeParams{call.fn, call.userData};
+    return r;
+  });
+}
+TALLY_API cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const cudaHostNodeParams* params) {
+  return guardRuntime(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    HostNodeCall call = hostCallOf(params);
+    return setHostNode(reinterpret_cast<CUgraphNode>(node), &call, Api::kRuntime);
+  });
+}
+TALLY_API cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                    const cudaHostNodeParams* params) {
+  return guardRuntime(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    HostNodeCall call = hostCallOf(params);
+    return setExecHostNode(reinterpret_cast<CUgraphExec>(exec), reinterpret_cast<CUgraphNode>(node), &call,
+                           Api::kRuntime);
+  });
+}
 TALLY_API cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
                                         cudaGraphEdgeData* edgeData, size_t* count) {
   return guardRuntime(__func__, [&] {
@@ -547,6 +647,39 @@ TALLY_API CUresult cuGraphAddEventWaitNode(CUgraphNode* node, CUgraph graph, con
 TALLY_API CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
                                             size_t count, CUgraph child) {
   return guardDriver(__func__, [&] { return addChildGraphNode(node, graph, dependencies, count, child, Api::kDriver); });
+}
+TALLY_API CUresult cuGraphAddHostNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                      const CUDA_HOST_NODE_PARAMS* params) {
+  return guardDriver(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return addHostNode(node, graph, dependencies, count, hostCallOf(params), Api::kDriver);
+  });
+}
+TALLY_API CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* params) {
+  return guardDriver(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    HostNodeCall call;
+    CUresult r = getHostNode(node, &call, Api::kDriver);
+    if (r == CUDA_SUCCESS) {
+      params->fn = call.fn;
+      params->userData = call.userData;
+    }
+    return r;
+  });
+}
+TALLY_API CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* params) {
+  return guardDriver(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    HostNodeCall call = hostCallOf(params);
+    return setHostNode(node, &call, Api::kDriver);
+  });
+}
+TALLY_API CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* params) {
+  return guardDriver(__func__, [&] {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    HostNodeCall call = hostCallOf(params);
+    return setExecHostNode(exec, node, &call, Api::kDriver);
+  });
 }
 TALLY_API CUresult cuGraphGetEdges(CUgraph graph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edgeData,
                                    size_t* count) {  // _v2

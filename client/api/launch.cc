@@ -93,10 +93,8 @@ CUresult launch(FunctionHandle* f, const LaunchShape& shape, CUstream stream, co
 CUresult launchRuntime(const void* func, dim3 grid, dim3 block, void** args, size_t sharedMem, cudaStream_t stream,
                        bool cooperative, const std::vector<LaunchAttr>& attributes = {}) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
-  KernelRecord* k = rt().kernelFor(func);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;  // what CUDA 13 returns for a non-kernel
   FunctionHandle* f = nullptr;
-  if (CUresult r = rt().functionOf(k, currentDevice(), f); r != CUDA_SUCCESS) return r;
+  if (CUresult r = rt().runtimeFunction(func, currentDevice(), f); r != CUDA_SUCCESS) return r;
   return launch(f, LaunchShape{grid, block, sharedMem}, stream, packArguments(*f, args), cooperative, attributes);
 }
 

@@ -3,10 +3,12 @@
 // used, by content hash, so the bytes cross the wire once per server.
 #include "client/api/api_util.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 using namespace tally::client;
 
@@ -14,11 +16,10 @@ namespace {
 
 ClientRuntime& rt() { return ClientRuntime::get(); }
 
+// A runtime `func`: a host function or any cudaKernel_t (ClientRuntime::runtimeFunction).
 CUresult runtimeFunction(const void* func, FunctionHandle*& out) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
-  KernelRecord* k = rt().kernelFor(func);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;  // what CUDA 13 returns for a non-kernel
-  return rt().functionOf(k, currentDevice(), out);
+  return rt().runtimeFunction(func, currentDevice(), out);
 }
 
 CUresult functionAttribute(FunctionHandle* f, int attribute, int* value) {
@@ -97,6 +98,80 @@ CUresult loadModuleFile(ModuleHandle** out, const char* path) {
 
 ModuleHandle* asModule(const void* p) { return checkedHandle<ModuleHandle>(p, HandleMagic::kModule); }
 FunctionHandle* asFunction(const void* p) { return checkedHandle<FunctionHandle>(p, HandleMagic::kFunction); }
+
+// A CUkernel is a cudaKernel_t cast (CUDA allows both directions): a FunctionHandle from
+// cuLibraryGetKernel / cudaLibraryGetKernel, or a KernelRecord from cudaGetKernel, whose function
+// is the one on the current device. A host function pointer is no CUkernel.
+CUresult kernelFunction(const void* kernel, FunctionHandle*& out) {
+  if (FunctionHandle* f = asFunction(kernel); f != nullptr) {
+    out = f;
+    return CUDA_SUCCESS;
+  }
+  KernelRecord* record = rt().kernelFor(kernel);
+  if (record == nullptr || static_cast<const void*>(record) != kernel) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+  return rt().functionOf(record, currentDevice(), out);
+}
+
+CUresult functionName(FunctionHandle* f, const void* handle, const char** name) {
+  if (name == nullptr || handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *name = f->name.c_str();  // the handle stays allocated, even after an unload
+  return CUDA_SUCCESS;
+}
+
+// cuModuleGetGlobal and the library versions: one of `ptr` and `bytes` may be null, not both.
+CUresult moduleGlobal(ModuleHandle* m, const char* name, CUdeviceptr* ptr, size_t* bytes) {
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (name == nullptr || (ptr == nullptr && bytes == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  CUresult r = rt().call([&](wire::Call::Builder c) {
+    auto g = c.initModuleGetGlobal();
+    g.setModule(m->id);
+    g.setName(name);
+  }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  auto global = reply.reply().getGlobal();
+  rt().addDeviceRegion(global.getPtr(), global.getSize(), m->device);
+  if (ptr != nullptr) *ptr = global.getPtr();
+  if (bytes != nullptr) *bytes = global.getSize();
+  return CUDA_SUCCESS;
+}
+
+// The names of a module's kernels, in the driver's order. Only tallyd knows them: the image may
+// be PTX, a fatbin or a cubin, and tallyd's driver has it loaded.
+CUresult functionNames(ModuleHandle* m, std::vector<std::string>& names) {
+  ReplyMessage reply;
+  CUresult r = rt().call([&](wire::Call::Builder c) { c.initModuleFunctionNames().setModule(m->id); }, &reply);
+  if (r != CUDA_SUCCESS) return r;
+  if (!reply.reply().isFunctionNames()) return CUDA_ERROR_UNKNOWN;
+  for (auto name : reply.reply().getFunctionNames()) names.emplace_back(name.cStr());
+  return CUDA_SUCCESS;
+}
+
+// cuModuleGetFunctionCount, cuLibraryGetKernelCount and the runtime's.
+CUresult functionCount(unsigned* count, ModuleHandle* m) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::vector<std::string> names;
+  if (CUresult r = functionNames(m, names); r != CUDA_SUCCESS) return r;
+  *count = static_cast<unsigned>(names.size());
+  return CUDA_SUCCESS;
+}
+
+// cuModuleEnumerateFunctions, cuLibraryEnumerateKernels and the runtime's: the first `capacity`
+// kernels (all of them when there are fewer), each an ordinary handle, as cuModuleGetFunction's.
+CUresult enumerateFunctions(FunctionHandle** out, unsigned capacity, ModuleHandle* m) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::vector<std::string> names;
+  if (CUresult r = functionNames(m, names); r != CUDA_SUCCESS) return r;
+  const size_t filled = std::min<size_t>(capacity, names.size());
+  for (size_t i = 0; i < filled; ++i) {
+    if (CUresult r = rt().functionOf(m, names[i].c_str(), out[i]); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
 
 }  // namespace
 
@@ -199,6 +274,92 @@ TALLY_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t* out, const void* symbo
   });
 }
 
+TALLY_API cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  return guardRuntime(__func__, [&] {
+    if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    FunctionHandle* f = nullptr;
+    if (CUresult r = runtimeFunction(func, f); r != CUDA_SUCCESS) return r;
+    return functionName(f, func, name);
+  });
+}
+
+TALLY_API cudaError_t cudaFuncGetParamInfo(const void* func, size_t paramIndex, size_t* paramOffset,
+                                           size_t* paramSize) {
+  return guardRuntime(__func__, [&] {
+    FunctionHandle* f = nullptr;
+    if (CUresult r = runtimeFunction(func, f); r != CUDA_SUCCESS) return r;
+    if (paramIndex >= f->params.size()) return CUDA_ERROR_INVALID_VALUE;
+    if (paramOffset != nullptr) *paramOffset = f->params[paramIndex].first;
+    if (paramSize != nullptr) *paramSize = f->params[paramIndex].second;
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API cudaError_t cudaGetKernel(cudaKernel_t* kernelPtr, const void* entryFuncAddr) {
+  return __cudaGetKernel(kernelPtr, entryFuncAddr);
+}
+
+// --- runtime library management ---------------------------------------------------------------
+// A cudaLibrary_t is a ModuleHandle (as a CUlibrary), loaded on the current device; a cudaKernel_t
+// from it is a FunctionHandle (as a CUkernel), so the two APIs' handles cast into each other as
+// CUDA allows. cudaLibraryGetManaged and cudaLibraryGetUnifiedFunction stay NotSupported (see the
+// driver's cuLibraryGetManaged below).
+
+TALLY_API cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* code, cudaJitOption*, void**,
+                                          unsigned int, cudaLibraryOption*, void**, unsigned int) {
+  return guardRuntime(__func__, [&] { return loadModule(reinterpret_cast<ModuleHandle**>(library), code); });
+}
+
+TALLY_API cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t* library, const char* fileName, cudaJitOption*, void**,
+                                              unsigned int, cudaLibraryOption*, void**, unsigned int) {
+  return guardRuntime(__func__, [&] { return loadModuleFile(reinterpret_cast<ModuleHandle**>(library), fileName); });
+}
+
+TALLY_API cudaError_t cudaLibraryUnload(cudaLibrary_t library) {
+  return guardRuntime(__func__, [&] {
+    ModuleHandle* m = asModule(library);
+    return m == nullptr ? CUDA_ERROR_INVALID_HANDLE : rt().unloadModule(m);
+  });
+}
+
+TALLY_API cudaError_t cudaLibraryGetKernel(cudaKernel_t* pKernel, cudaLibrary_t library, const char* name) {
+  return guardRuntime(__func__, [&] {
+    return getFunction(reinterpret_cast<FunctionHandle**>(pKernel), asModule(library), name);
+  });
+}
+
+TALLY_API cudaError_t cudaLibraryGetKernelCount(unsigned int* count, cudaLibrary_t lib) {
+  return guardRuntime(__func__, [&] { return functionCount(count, asModule(lib)); });
+}
+
+TALLY_API cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t* kernels, unsigned int numKernels, cudaLibrary_t lib) {
+  return guardRuntime(__func__, [&] {
+    return enumerateFunctions(reinterpret_cast<FunctionHandle**>(kernels), numKernels, asModule(lib));
+  });
+}
+
+TALLY_API cudaError_t cudaLibraryGetGlobal(void** dptr, size_t* bytes, cudaLibrary_t library, const char* name) {
+  return guardRuntime(__func__, [&] {
+    return moduleGlobal(asModule(library), name, reinterpret_cast<CUdeviceptr*>(dptr), bytes);
+  });
+}
+
+// A library is loaded on one device here (the current one at cudaLibraryLoadData), and its
+// kernels only ever run there: a setting for another device has nothing to apply to, and is
+// accepted as the driver accepts it for a device the kernel never runs on. A kernel of the
+// program's own (cudaGetKernel) is resolved on `device` itself.
+TALLY_API cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, cudaFuncAttribute attr, int value,
+                                                      int device) {
+  return guardRuntime(__func__, [&] {
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    if (static_cast<int>(attr) < 0 || attr >= cudaFuncAttributeMax) return CUDA_ERROR_INVALID_VALUE;
+    FunctionHandle* f = nullptr;
+    if (CUresult r = rt().runtimeFunction(kernel, static_cast<uint32_t>(device), f); r != CUDA_SUCCESS) return r;
+    if (f->module->device != static_cast<uint32_t>(device)) return CUDA_SUCCESS;
+    return setFunctionAttribute(f, attr, value);
+  });
+}
+
 // --- driver ------------------------------------------------------------------------------------
 
 TALLY_API CUresult cuModuleLoadData(CUmodule* module, const void* image) {
@@ -280,23 +441,29 @@ TALLY_API CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, co
 }
 
 TALLY_API CUresult cuModuleGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUmodule module, const char* name) {
+  return guardDriver(__func__, [&] { return moduleGlobal(asModule(module), name, ptr, bytes); });
+}
+
+TALLY_API CUresult cuModuleGetFunctionCount(unsigned int* count, CUmodule mod) {
+  return guardDriver(__func__, [&] { return functionCount(count, asModule(mod)); });
+}
+
+TALLY_API CUresult cuModuleEnumerateFunctions(CUfunction* functions, unsigned int numFunctions, CUmodule mod) {
   return guardDriver(__func__, [&] {
-    ModuleHandle* m = asModule(module);
-    if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    ReplyMessage reply;
-    CUresult r = rt().call([&](wire::Call::Builder c) {
-      auto g = c.initModuleGetGlobal();
-      g.setModule(m->id);
-      g.setName(name);
-    }, &reply);
-    if (r != CUDA_SUCCESS) return r;
-    auto global = reply.reply().getGlobal();
-    rt().addDeviceRegion(global.getPtr(), global.getSize(), m->device);
-    if (ptr != nullptr) *ptr = global.getPtr();
-    if (bytes != nullptr) *bytes = global.getSize();
-    return CUDA_SUCCESS;
+    return enumerateFunctions(reinterpret_cast<FunctionHandle**>(functions), numFunctions, asModule(mod));
   });
+}
+
+TALLY_API CUresult cuFuncGetModule(CUmodule* hmod, CUfunction hfunc) {
+  if (hmod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  FunctionHandle* f = asFunction(hfunc);
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *hmod = reinterpret_cast<CUmodule>(f->module);
+  return CUDA_SUCCESS;
+}
+
+TALLY_API CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
+  return functionName(asFunction(hfunc), hfunc, name);
 }
 
 TALLY_API CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
@@ -312,10 +479,31 @@ TALLY_API CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileNam
 TALLY_API CUresult cuLibraryUnload(CUlibrary library) { return cuModuleUnload(reinterpret_cast<CUmodule>(library)); }
 
 TALLY_API CUresult cuLibraryGetModule(CUmodule* module, CUlibrary library) {
-  if (module == nullptr || asModule(library) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (asModule(library) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *module = reinterpret_cast<CUmodule>(library);
   return CUDA_SUCCESS;
 }
+
+TALLY_API CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
+  return guardDriver(__func__, [&] { return moduleGlobal(asModule(library), name, dptr, bytes); });
+}
+
+TALLY_API CUresult cuLibraryGetKernelCount(unsigned int* count, CUlibrary lib) {
+  return guardDriver(__func__, [&] { return functionCount(count, asModule(lib)); });
+}
+
+TALLY_API CUresult cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int numKernels, CUlibrary lib) {
+  return guardDriver(__func__, [&] {
+    return enumerateFunctions(reinterpret_cast<FunctionHandle**>(kernels), numKernels, asModule(lib));
+  });
+}
+
+// cuLibraryGetManaged and cuLibraryGetUnifiedFunction (and their runtime versions) stay
+// NotSupported: a library's __managed__ variables would have to live in memory that the
+// application and tallyd's GPU share at one address, which tallyd only arranges for
+// cudaMallocManaged, not for the managed section of a loaded image; a unified function pointer is
+// a host-callable address in the process that loaded the library, i.e. tallyd's.
 
 TALLY_API CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
   return guardDriver(__func__, [&] {
@@ -323,11 +511,46 @@ TALLY_API CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const
   });
 }
 
-// A CUkernel of ours is already a function of the current (only) context.
+// A CUkernel of ours is (or resolves to) a function of the current (only) context.
 TALLY_API CUresult cuKernelGetFunction(CUfunction* function, CUkernel kernel) {
-  if (function == nullptr || asFunction(kernel) == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *function = reinterpret_cast<CUfunction>(kernel);
-  return CUDA_SUCCESS;
+  return guardDriver(__func__, [&] {
+    if (function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    FunctionHandle* f = nullptr;
+    if (CUresult r = kernelFunction(kernel, f); r != CUDA_SUCCESS) return r;
+    *function = reinterpret_cast<CUfunction>(f);
+    return CUDA_SUCCESS;
+  });
+}
+
+TALLY_API CUresult cuKernelGetName(const char** name, CUkernel hfunc) {
+  return guardDriver(__func__, [&] {
+    if (name == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    FunctionHandle* f = nullptr;
+    if (CUresult r = kernelFunction(hfunc, f); r != CUDA_SUCCESS) return r;
+    return functionName(f, hfunc, name);
+  });
+}
+
+TALLY_API CUresult cuKernelGetLibrary(CUlibrary* pLib, CUkernel kernel) {
+  return guardDriver(__func__, [&] {
+    if (pLib == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    FunctionHandle* f = nullptr;
+    if (CUresult r = kernelFunction(kernel, f); r != CUDA_SUCCESS) return r;
+    *pLib = reinterpret_cast<CUlibrary>(f->module);
+    return CUDA_SUCCESS;
+  });
+}
+
+// A preference, as cuFuncSetCacheConfig: the kernel and the device are checked, nothing is sent.
+TALLY_API CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
+  return guardDriver(__func__, [&] {
+    if (static_cast<int>(config) < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (CUresult r = validDevice(dev); r != CUDA_SUCCESS) return r;
+    FunctionHandle* f = nullptr;
+    return kernelFunction(kernel, f);
+  });
 }
 
 TALLY_API CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction function) {
@@ -335,7 +558,11 @@ TALLY_API CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute
 }
 
 TALLY_API CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attribute, CUkernel kernel, CUdevice) {
-  return guardDriver(__func__, [&] { return functionAttribute(asFunction(kernel), attribute, value); });
+  return guardDriver(__func__, [&] {
+    FunctionHandle* f = nullptr;
+    if (CUresult r = kernelFunction(kernel, f); r != CUDA_SUCCESS) return r;
+    return functionAttribute(f, attribute, value);
+  });
 }
 
 TALLY_API CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
@@ -343,7 +570,11 @@ TALLY_API CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute 
 }
 
 TALLY_API CUresult cuKernelSetAttribute(CUfunction_attribute attribute, int value, CUkernel kernel, CUdevice) {
-  return guardDriver(__func__, [&] { return setFunctionAttribute(asFunction(kernel), attribute, value); });
+  return guardDriver(__func__, [&] {
+    FunctionHandle* f = nullptr;
+    if (CUresult r = kernelFunction(kernel, f); r != CUDA_SUCCESS) return r;
+    return setFunctionAttribute(f, attribute, value);
+  });
 }
 
 TALLY_API CUresult cuFuncGetParamInfo(CUfunction function, size_t index, size_t* offset, size_t* size) {
@@ -356,7 +587,11 @@ TALLY_API CUresult cuFuncGetParamInfo(CUfunction function, size_t index, size_t*
 }
 
 TALLY_API CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, size_t* size) {
-  return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(kernel), index, offset, size);
+  return guardDriver(__func__, [&] {
+    FunctionHandle* f = nullptr;
+    if (CUresult r = kernelFunction(kernel, f); r != CUDA_SUCCESS) return r;
+    return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(f), index, offset, size);
+  });
 }
 
 TALLY_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction function,

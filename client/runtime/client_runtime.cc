@@ -632,6 +632,14 @@ CUresult ClientRuntime::functionOf(KernelRecord* kernel, uint32_t device, Functi
   return CUDA_SUCCESS;
 }
 
+CUresult ClientRuntime::runtimeFunction(const void* func, uint32_t device, FunctionHandle*& out) {
+  if (KernelRecord* kernel = kernelFor(func); kernel != nullptr) return functionOf(kernel, device, out);
+  FunctionHandle* f = checkedHandle<FunctionHandle>(func, HandleMagic::kFunction);
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;  // what CUDA 13 returns for a non-kernel
+  out = f;
+  return CUDA_SUCCESS;
+}
+
 CUresult ClientRuntime::variableAddress(VariableRecord* variable, uint32_t device, CUdeviceptr& out) {
   if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
   if (variable->addresses[device] != 0) {

@@ -163,6 +163,11 @@ class ClientRuntime {
   CUresult loadModuleImage(const void* image, uint32_t device, ModuleHandle*& out);
   CUresult functionOf(ModuleHandle* module, const char* name, FunctionHandle*& out);
   CUresult functionOf(KernelRecord* kernel, uint32_t device, FunctionHandle*& out);
+  // What a runtime `func` argument names (cudaLaunchKernel, cudaFuncGetAttributes, ...): a host
+  // function or a cudaKernel_t from cudaGetKernel (a KernelRecord, resolved on `device`), or a
+  // cudaKernel_t from cudaLibraryGetKernel (a FunctionHandle of its library, which lives on the
+  // library's device). CUDA_ERROR_INVALID_HANDLE for anything else.
+  CUresult runtimeFunction(const void* func, uint32_t device, FunctionHandle*& out);
   CUresult variableAddress(VariableRecord* variable, uint32_t device, CUdeviceptr& out);
   CUresult unloadModule(ModuleHandle* module);
   // The live function handle with wire id `id` (what tallyd names a graph's kernel node by), or

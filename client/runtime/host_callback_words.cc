@@ -40,8 +40,17 @@ bool HostCallbackWords::enqueue(uint64_t stream, std::function<void()> callback,
   std::lock_guard lock(mutex_);
   auto it = slots_.find(stream);
   if (it == slots_.end()) {
-    if (slots_.size() >= slotCount_) return false;
-    it = slots_.emplace(stream, Slot{slots_.size(), 0, {}}).first;
+    Slot slot;
+    if (!freePairs_.empty()) {
+      slot.index = freePairs_.back().index;
+      slot.issued = freePairs_.back().issued;
+      freePairs_.pop_back();
+    } else if (pairsUsed_ < slotCount_) {
+      slot.index = pairsUsed_++;
+    } else {
+      return false;
+    }
+    it = slots_.emplace(stream, std::move(slot)).first;
   }
   Slot& slot = it->second;
   ticket.sequence = ++slot.issued;
@@ -60,6 +69,20 @@ void HostCallbackWords::cancelLast(uint64_t stream) {
   it->second.pending.pop_back();
   --it->second.issued;
   --pendingCount_;
+}
+
+void HostCallbackWords::release(uint64_t stream) {
+  std::lock_guard lock(mutex_);
+  auto it = slots_.find(stream);
+  if (it == slots_.end()) return;
+  it->second.released = true;
+  freeIfDone(it);
+}
+
+void HostCallbackWords::freeIfDone(std::map<uint64_t, Slot>::iterator slot) {
+  if (!slot->second.released || !slot->second.pending.empty()) return;
+  freePairs_.push_back(FreePair{slot->second.index, slot->second.issued});
+  slots_.erase(slot);
 }
 
 bool HostCallbackWords::runReady(std::unique_lock<std::mutex>& lock) {
@@ -81,6 +104,8 @@ bool HostCallbackWords::runReady(std::unique_lock<std::mutex>& lock) {
     onCallbackRun_();
   }
   lock.lock();
+  // Released slots whose last callback has just run (its `done` is written) give their words back.
+  for (auto it = slots_.begin(); it != slots_.end();) freeIfDone(it++);
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace tally::client {
 
@@ -39,6 +40,9 @@ class HostCallbackWords {
   bool enqueue(uint64_t stream, std::function<void()> callback, Ticket& ticket);
   // Forgets a callback whose HostFunc call could not be sent.
   void cancelLast(uint64_t stream);
+  // The key will queue nothing more (a destroyed executable graph's host node): its word pair
+  // goes back for reuse once its callbacks have run.
+  void release(uint64_t stream);
 
  private:
   struct Pending {
@@ -49,7 +53,15 @@ class HostCallbackWords {
     size_t index = 0;
     uint32_t issued = 0;
     std::deque<Pending> pending;
+    bool released = false;
   };
+  // A word pair no key holds; `issued` carries on, so a sequence is never reused on its words.
+  struct FreePair {
+    size_t index;
+    uint32_t issued;
+  };
+  // Gives a released slot's words back once nothing is pending on them; slot iterator valid.
+  void freeIfDone(std::map<uint64_t, Slot>::iterator slot);
   HostCallbackWords(uint32_t* words, size_t slots, std::function<void()> onCallbackRun);
   std::atomic_ref<uint32_t> reached(size_t index) { return std::atomic_ref<uint32_t>(words_[2 * index]); }
   std::atomic_ref<uint32_t> done(size_t index) { return std::atomic_ref<uint32_t>(words_[2 * index + 1]); }
@@ -62,7 +74,9 @@ class HostCallbackWords {
   std::function<void()> onCallbackRun_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::map<uint64_t, Slot> slots_;  // by stream id
+  std::map<uint64_t, Slot> slots_;  // by stream id (or another key its caller chose)
+  std::vector<FreePair> freePairs_;
+  size_t pairsUsed_ = 0;
   size_t pendingCount_ = 0;
   bool stopping_ = false;
   std::thread thread_;

@@ -214,7 +214,7 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
       handleStream(ctx, call);
       break;
     case W::MODULE_LOAD: case W::MODULE_UNLOAD: case W::MODULE_GET_FUNCTION: case W::MODULE_GET_GLOBAL:
-    case W::FUNC_SET_ATTRIBUTE: case W::OCCUPANCY: case W::TENSOR_MAP_ENCODE_TILED:
+    case W::FUNC_SET_ATTRIBUTE: case W::OCCUPANCY: case W::TENSOR_MAP_ENCODE_TILED: case W::MODULE_FUNCTION_NAMES:
       handleModule(ctx, call);
       break;
     case W::LINK_CREATE: case W::LINK_ADD_DATA: case W::LINK_COMPLETE: case W::LINK_DESTROY:
@@ -249,7 +249,7 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
     case W::GRAPH_ADD_KERNEL_NODE: case W::GRAPH_ADD_MEMCPY_NODE: case W::GRAPH_ADD_DEPENDENCIES:
     case W::GRAPH_ADD_NODE: case W::GRAPH_GET_EDGES: case W::GRAPH_REMOVE_DEPENDENCIES: case W::GRAPH_DESTROY_NODE:
     case W::GRAPH_CLONE: case W::GRAPH_MEMSET_NODE_GET_PARAMS: case W::GRAPH_MEMSET_NODE_SET_PARAMS:
-    case W::GRAPH_NODE_GET_ENABLED: case W::GRAPH_NODE_SET_ENABLED:
+    case W::GRAPH_NODE_GET_ENABLED: case W::GRAPH_NODE_SET_ENABLED: case W::GRAPH_EXEC_UPDATE:
       handleGraph(ctx, call);
       break;
     default:

@@ -158,7 +158,7 @@ void endCapture(CallContext& ctx, wire::EndCapture::Reader args) {
     if (graph != nullptr) cuGraphDestroy(graph);
     return ctx.finish(r);
   }
-  t.graphs().insertGraph(args.getGraph(), session::GraphState{s->gpu, graph, {}, false});
+  t.graphs().insertGraph(args.getGraph(), session::GraphState{s->gpu, graph, {}, false, {}});
   ctx.finish(CUDA_SUCCESS);
 }
 
@@ -172,7 +172,11 @@ void instantiate(CallContext& ctx, wire::GraphInstantiate::Reader args) {
   g->gpu->makeCurrent();
   CUgraphExec exec = nullptr;
   CUresult r = cuGraphInstantiateWithFlags(&exec, g->graph, args.getFlags());
-  if (r == CUDA_SUCCESS) graphs.insertExec(args.getExec(), session::GraphExecState{g->gpu, exec, args.getGraph()});
+  if (r == CUDA_SUCCESS) {
+    session::GraphExecState e{g->gpu, exec, args.getGraph(), {}};
+    for (uint32_t id : g->hostNodes) e.hostNodes.emplace(id, graphs.node(*g, id));
+    graphs.insertExec(args.getExec(), std::move(e));
+  }
   ctx.finish(r);
 }
 
@@ -192,17 +196,87 @@ session::StreamState* launchStream(CallContext& ctx, wire::GraphLaunch::Reader a
   return s;
 }
 
+// A host node call refused, with the reason in tallyd's log.
+CUresult hostNodeRefusal(CallContext& ctx, const std::string& why, CUresult status) {
+  spdlog::warn("tenant {} ({}): {}", ctx.tenant().id(), ctx.tenant().name(), why);
+  return status;
+}
+
+// What one launch of an executable graph's host node does: write its sequence to the client's
+// `reached` word, then wait until the client's `done` word holds it.
+struct HostNodeWords {
+  CUgraphNode node;
+  CUstreamBatchMemOpParams ops[2];
+};
+
+// The words of every host node of `e` for this launch, checked: each node once, each word in
+// memory the client shares with tallyd; the done words are held for the tenant's end.
+CUresult hostNodeWords(CallContext& ctx, const session::GraphExecState& e,
+                       capnp::List<wire::HostNodeLaunch>::Reader launches, std::vector<HostNodeWords>& out) {
+  if (launches.size() != e.hostNodes.size()) {
+    return hostNodeRefusal(ctx, fmt::format("graph launch: {} host node words for {} host nodes", launches.size(),
+                                            e.hostNodes.size()), CUDA_ERROR_INVALID_VALUE);
+  }
+  for (auto l : launches) {
+    auto node = e.hostNodes.find(l.getNode());
+    auto reached = ctx.tenant().hostMappings().sharedWord(l.getReachedWord());
+    auto done = ctx.tenant().hostMappings().sharedWord(l.getDoneWord());
+    if (node == e.hostNodes.end() || node->second == nullptr || !reached || !done) {
+      return hostNodeRefusal(ctx, fmt::format("graph launch: node {} is no host node, or its words {:#x}/{:#x} are not "
+                                              "in shared memory", l.getNode(), l.getReachedWord(), l.getDoneWord()),
+                             CUDA_ERROR_INVALID_VALUE);
+    }
+    HostNodeWords w{node->second, {}};
+    w.ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    w.ops[0].writeValue.address = reached->device;
+    w.ops[0].writeValue.value = l.getSequence();
+    w.ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    w.ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    w.ops[1].waitValue.address = done->device;
+    w.ops[1].waitValue.value = l.getSequence();
+    w.ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    out.push_back(w);
+    ctx.tenant().holdSharedDoneWord(done->local, l.getSequence());
+  }
+  return CUDA_SUCCESS;
+}
+
+// Points every host node of `exec` at this launch's words: an executable graph's node parameters
+// apply to the launches that follow, so this runs right before the launch it belongs to.
+CUresult setHostNodeWords(CUgraphExec exec, gpu::Gpu& g, std::vector<HostNodeWords>& words) {
+  for (HostNodeWords& w : words) {
+    CUDA_BATCH_MEM_OP_NODE_PARAMS p{};
+    p.ctx = g.context();
+    p.count = 2;
+    p.paramArray = w.ops;
+    if (CUresult r = cuGraphExecBatchMemOpNodeSetParams(exec, w.node, &p); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 void launchGraph(CallContext& ctx, wire::GraphLaunch::Reader args) {
   session::GraphExecState* e = nullptr;
   session::StreamState* s = launchStream(ctx, args, e);
   if (s == nullptr) return;
+  bool capturing = ctx.tenant().streams().capturing(*s);
+  // Replays of the capture would never reach the client's callbacks again.
+  if (capturing && !e->hostNodes.empty()) {
+    return ctx.finish(hostNodeRefusal(ctx, "a graph with host nodes launched into a capture (not supported)",
+                                      CUDA_ERROR_NOT_SUPPORTED));
+  }
+  std::vector<HostNodeWords> words;
+  if (CUresult r = hostNodeWords(ctx, *e, args.getHostNodes(), words); r != CUDA_SUCCESS) return ctx.finish(r);
   scheduler::Policy* policy = ctx.services().policy;
-  // Into a capturing stream the graph becomes a child graph of that capture: nothing runs yet.
-  if (policy == nullptr || ctx.tenant().streams().capturing(*s)) return ctx.finish(cuGraphLaunch(e->exec, s->stream));
-  scheduler::OpaqueWork w = opaqueWork(ctx, *s->gpu);
-  w.enqueue = [exec = e->exec, stream = s->stream](CUstream& used) {
-    used = stream;
+  auto submit = [exec = e->exec, gpu = s->gpu, stream = s->stream, words = std::move(words)]() mutable {
+    if (CUresult r = setHostNodeWords(exec, *gpu, words); r != CUDA_SUCCESS) return r;
     return cuGraphLaunch(exec, stream);
+  };
+  // Into a capturing stream the graph becomes a child graph of that capture: nothing runs yet.
+  if (policy == nullptr || capturing) return ctx.finish(submit());
+  scheduler::OpaqueWork w = opaqueWork(ctx, *s->gpu);
+  w.enqueue = [submit, stream = s->stream](CUstream& used) mutable {
+    used = stream;
+    return submit();
   };
   ctx.finish(policy->runOpaque(w));
 }
@@ -243,6 +317,7 @@ void getNodes(CallContext& ctx, uint64_t id) {
     if (g->nodes[i] == nullptr) continue;  // destroyed: its id is never reused
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     if (CUresult r = cuGraphNodeGetType(g->nodes[i], &type); r != CUDA_SUCCESS) return ctx.finish(r);
+    if (g->hostNodes.count(static_cast<uint32_t>(i + 1)) != 0) type = CU_GRAPH_NODE_TYPE_HOST;
     types[i] = static_cast<uint8_t>(type);
   }
   ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
@@ -313,7 +388,7 @@ void createGraph(CallContext& ctx, wire::GraphCreate::Reader args) {
   g->makeCurrent();
   CUgraph graph = nullptr;
   CUresult r = cuGraphCreate(&graph, 0);
-  if (r == CUDA_SUCCESS) ctx.tenant().graphs().insertGraph(args.getGraph(), session::GraphState{g, graph, {}, true});
+  if (r == CUDA_SUCCESS) ctx.tenant().graphs().insertGraph(args.getGraph(), session::GraphState{g, graph, {}, true, {}});
   ctx.finish(r);
 }
 
@@ -432,8 +507,31 @@ CUresult tenantEvent(CallContext& ctx, const gpu::Gpu* g, uint64_t id, CUevent& 
   return CUDA_SUCCESS;
 }
 
-// Empty, memset, event and child graph nodes: whatever names memory, an event or a graph names
-// the tenant's own.
+// A host node: to the driver a batch of two memory operations on placeholder words (a write, and
+// a wait that passes), which every launch replaces with the client's words (launchGraph). Only
+// clients that share memory with tallyd can have their words waited on.
+CUresult addHostNode(CallContext& ctx, session::GraphState& g, const std::vector<CUgraphNode>& deps, CUgraphNode& node) {
+  if (ctx.tenant().hostMappings().count() == 0) {
+    return hostNodeRefusal(ctx, "host node: the client shares no memory with tallyd (TCP)", CUDA_ERROR_NOT_SUPPORTED);
+  }
+  std::optional<CUdeviceptr> words = ctx.tenant().graphs().placeholderWords(g.gpu);
+  if (!words) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUstreamBatchMemOpParams ops[2] = {};
+  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  ops[0].writeValue.address = *words;
+  ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  ops[1].waitValue.address = *words + sizeof(uint32_t);
+  ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+  CUDA_BATCH_MEM_OP_NODE_PARAMS p{};
+  p.ctx = g.gpu->context();
+  p.count = 2;
+  p.paramArray = ops;
+  return cuGraphAddBatchMemOpNode(&node, g.graph, deps.data(), deps.size(), &p);
+}
+
+// Empty, memset, event, child graph and host nodes: whatever names memory, an event or a graph
+// names the tenant's own.
 void addNode(CallContext& ctx, wire::AddNode::Reader args) {
   std::vector<CUgraphNode> deps;
   session::GraphState* g = graphToExtend(ctx, args.getGraph(), args.getDependencies(), deps);
@@ -465,9 +563,18 @@ void addNode(CallContext& ctx, wire::AddNode::Reader args) {
       if (child == nullptr) return ctx.finish(refused(ctx, "child graph node of graph", args.getChildGraph(),
                                                       CUDA_ERROR_INVALID_VALUE));
       if (child->gpu != g->gpu || child == g) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+      // Launches set host nodes' words on the executable graph's own nodes only.
+      if (!child->hostNodes.empty()) {
+        return ctx.finish(hostNodeRefusal(ctx, "a graph with host nodes as a child graph (not supported)",
+                                          CUDA_ERROR_NOT_SUPPORTED));
+      }
       r = cuGraphAddChildGraphNode(&node, g->graph, deps.data(), deps.size(), child->graph);
       break;
     }
+    case wire::AddNode::HOST:
+      r = addHostNode(ctx, *g, deps, node);
+      if (r == CUDA_SUCCESS) g->hostNodes.insert(static_cast<uint32_t>(g->nodes.size() + 1));
+      break;
     default: r = CUDA_ERROR_NOT_SUPPORTED;
   }
   finishAdded(ctx, *g, r, node);
@@ -515,6 +622,7 @@ void destroyNode(CallContext& ctx, wire::GraphNodeRef::Reader args) {
   if (n == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   if (CUresult r = cuGraphDestroyNode(n); r != CUDA_SUCCESS) return ctx.finish(r);
   g->nodes[args.getNode() - 1] = nullptr;
+  g->hostNodes.erase(args.getNode());
   ctx.finish(CUDA_SUCCESS);
 }
 
@@ -535,7 +643,7 @@ void cloneGraph(CallContext& ctx, wire::GraphClone::Reader args) {
       return ctx.finish(r);
     }
   }
-  graphs.insertGraph(args.getClone(), session::GraphState{g->gpu, clone, std::move(nodes), true});
+  graphs.insertGraph(args.getClone(), session::GraphState{g->gpu, clone, std::move(nodes), true, g->hostNodes});
   ctx.finish(CUDA_SUCCESS);
 }
 
@@ -598,6 +706,35 @@ void setNodeEnabled(CallContext& ctx, wire::NodeSetEnabled::Reader args) {
   ctx.finish(cuGraphNodeSetEnabled(e->exec, node, args.getEnabled() ? 1 : 0));
 }
 
+// The id of the driver's `node` in `g` (0: none, or a node tallyd never listed).
+uint32_t idOf(session::GraphTable& graphs, session::GraphState* g, CUgraphNode node) {
+  if (g == nullptr || node == nullptr || graphs.listNodes(*g) != CUDA_SUCCESS) return 0;
+  auto at = std::find(g->nodes.begin(), g->nodes.end(), node);
+  return at == g->nodes.end() ? 0 : static_cast<uint32_t>(at - g->nodes.begin()) + 1;
+}
+
+void updateExec(CallContext& ctx, wire::GraphExecUpdate::Reader args) {
+  session::GraphTable& graphs = ctx.tenant().graphs();
+  session::GraphExecState* e = graphs.exec(args.getExec());
+  session::GraphState* g = graphs.graph(args.getGraph());
+  if (e == nullptr || g == nullptr || e->gpu != g->gpu) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (!e->hostNodes.empty() || !g->hostNodes.empty()) {
+    return ctx.finish(hostNodeRefusal(ctx, "cuGraphExecUpdate with host nodes (not supported)", CUDA_ERROR_NOT_SUPPORTED));
+  }
+  g->gpu->makeCurrent();
+  CUgraphExecUpdateResultInfo info{};
+  CUresult r = cuGraphExecUpdate(e->exec, g->graph, &info);
+  uint32_t errorNode = idOf(graphs, g, info.errorNode);
+  uint32_t errorFromNode = idOf(graphs, graphs.graph(e->graph), info.errorFromNode);
+  // The result travels with the driver's status, so the client can fill resultInfo either way.
+  ctx.finish(r, [&](wire::Reply::Builder reply) {
+    auto u = reply.initGraph().initExecUpdate();
+    u.setResult(static_cast<uint32_t>(info.result));
+    u.setErrorNode(errorNode);
+    u.setErrorFromNode(errorFromNode);
+  });
+}
+
 }  // namespace
 
 // --- capture conflicts (call_context.h) ----------------------------------------------------------
@@ -645,6 +782,7 @@ void handleGraph(CallContext& ctx, wire::Call::Reader call) {
     case W::GRAPH_MEMSET_NODE_SET_PARAMS: return setMemsetNodeParams(ctx, call.getGraphMemsetNodeSetParams());
     case W::GRAPH_NODE_GET_ENABLED: return getNodeEnabled(ctx, call.getGraphNodeGetEnabled());
     case W::GRAPH_NODE_SET_ENABLED: return setNodeEnabled(ctx, call.getGraphNodeSetEnabled());
+    case W::GRAPH_EXEC_UPDATE: return updateExec(ctx, call.getGraphExecUpdate());
     default: return ctx.finish(CUDA_ERROR_NOT_SUPPORTED);
   }
 }

@@ -5,12 +5,15 @@
 #include "server/api/request_checks.h"
 
 #include "common/hash/content_hash.h"
+#include "server/gpu/cuda_check.h"
 #include "server/transform/ptb.h"
 #include "server/transform/slice.h"
 
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 namespace tally::server::api {
 
@@ -131,6 +134,41 @@ void getGlobal(CallContext& ctx, wire::ModuleGetGlobal::Reader args) {
   });
 }
 
+// The names of every function the driver finds in `module` (cuModuleEnumerateFunctions).
+CUresult loadedFunctionNames(CUmodule module, std::vector<std::string>& names) {
+  unsigned count = 0;
+  if (CUresult r = cuModuleGetFunctionCount(&count, module); r != CUDA_SUCCESS) return r;
+  std::vector<CUfunction> functions(count);
+  if (count > 0) {
+    if (CUresult r = cuModuleEnumerateFunctions(functions.data(), count, module); r != CUDA_SUCCESS) return r;
+  }
+  for (CUfunction f : functions) {
+    const char* name = nullptr;
+    if (CUresult r = cuFuncGetName(&name, f); r != CUDA_SUCCESS) return r;
+    names.emplace_back(name);
+  }
+  return CUDA_SUCCESS;
+}
+
+// cuModuleEnumerateFunctions / cuLibraryEnumerateKernels: the client resolves the names it gets
+// here through moduleGetFunction, so each enumerated handle is an ordinary one.
+void functionNames(CallContext& ctx, wire::ModuleRef::Reader args) {
+  session::ModuleState* m = ctx.tenant().modules().module(args.getModule());
+  if (m == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
+  m->gpu->makeCurrent();
+  std::vector<std::string> loaded;
+  if (CUresult r = loadedFunctionNames(m->module, loaded); r != CUDA_SUCCESS) {
+    spdlog::warn("tenant {} ({}): cannot list the functions of module {}: {}", ctx.tenant().id(), ctx.tenant().name(),
+                 m->identity, gpu::describe(r));
+    return ctx.finish(r);
+  }
+  std::vector<std::string> names = session::tenantFunctionNames(std::move(loaded), m->hasVariants);
+  ctx.finish(CUDA_SUCCESS, [&](wire::Reply::Builder reply) {
+    auto list = reply.initFunctionNames(static_cast<unsigned>(names.size()));
+    for (unsigned i = 0; i < names.size(); ++i) list.set(i, names[i]);
+  });
+}
+
 void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
   session::FunctionState* f = ctx.tenant().modules().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
@@ -212,6 +250,7 @@ void handleModule(CallContext& ctx, wire::Call::Reader call) {
     case wire::Call::MODULE_UNLOAD: return ctx.finish(ctx.tenant().unloadModule(call.getModuleUnload().getModule()));
     case wire::Call::MODULE_GET_FUNCTION: return getFunction(ctx, call.getModuleGetFunction());
     case wire::Call::MODULE_GET_GLOBAL: return getGlobal(ctx, call.getModuleGetGlobal());
+    case wire::Call::MODULE_FUNCTION_NAMES: return functionNames(ctx, call.getModuleFunctionNames());
     case wire::Call::FUNC_SET_ATTRIBUTE: return setAttribute(ctx, call.getFuncSetAttribute());
     case wire::Call::OCCUPANCY: return occupancy(ctx, call.getOccupancy());
     case wire::Call::TENSOR_MAP_ENCODE_TILED: return encodeTensorMap(ctx, call.getTensorMapEncodeTiled());

@@ -97,6 +97,20 @@ CUresult GraphTable::listNodes(GraphState& g) {
   return CUDA_SUCCESS;
 }
 
+std::optional<CUdeviceptr> GraphTable::placeholderWords(gpu::Gpu* g) {
+  auto it = placeholderWords_.find(g);
+  if (it != placeholderWords_.end()) return it->second;
+  g->makeCurrent();
+  CUdeviceptr words = 0;
+  if (cuMemAlloc(&words, 2 * sizeof(uint32_t)) != CUDA_SUCCESS) return std::nullopt;
+  if (cuMemsetD32(words, 0, 2) != CUDA_SUCCESS) {
+    cuMemFree(words);
+    return std::nullopt;
+  }
+  placeholderWords_.emplace(g, words);
+  return words;
+}
+
 CUgraphNode GraphTable::node(GraphState& g, uint32_t id) {
   if (id == 0 || listNodes(g) != CUDA_SUCCESS || id > g.nodes.size()) return nullptr;
   return g.nodes[id - 1];
@@ -156,6 +170,11 @@ void GraphTable::destroyAll() {
     }
   }
   graphs_.clear();
+  for (auto& [g, words] : placeholderWords_) {
+    g->makeCurrent();
+    cuMemFree(words);
+  }
+  placeholderWords_.clear();
 }
 
 }  // namespace tally::server::session

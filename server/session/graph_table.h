@@ -11,7 +11,9 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,12 +44,16 @@ struct GraphState {
   // nullptr once destroyed (ids are never reused). A clone's nodes keep their originals' ids.
   std::vector<CUgraphNode> nodes;
   bool nodesListed = false;
+  // Host nodes (ids): batch memory-operation nodes to the driver, whose words every launch sets.
+  std::set<uint32_t> hostNodes;
 };
 
 struct GraphExecState {
   gpu::Gpu* gpu = nullptr;
   CUgraphExec exec = nullptr;
   uint64_t graph = 0;  // the client's id of the graph it was instantiated from (node ids refer to it)
+  // Its host nodes: id and the graph's node, as at instantiation (the graph may change later).
+  std::map<uint32_t, CUgraphNode> hostNodes;
 };
 
 class GraphTable {
@@ -76,6 +82,9 @@ class GraphTable {
   CUgraphNode node(GraphState& g, uint32_t id);
   // Lists `g`'s nodes from the driver once (a captured graph); CUDA_SUCCESS if already done.
   CUresult listNodes(GraphState& g);
+  // Two zeroed u32 words of device memory on `g`'s GPU that a host node names until its first
+  // launch sets its own (a wait there passes at once); nullopt if they cannot be allocated.
+  std::optional<CUdeviceptr> placeholderWords(gpu::Gpu* g);
 
   // --- executable graphs -----------------------------------------------------------------
   CUresult admitExec(uint64_t id);
@@ -100,6 +109,7 @@ class GraphTable {
   std::unordered_map<uint64_t, CaptureState> captures_;
   std::unordered_map<uint64_t, GraphState> graphs_;
   std::unordered_map<uint64_t, GraphExecState> execs_;
+  std::map<gpu::Gpu*, CUdeviceptr> placeholderWords_;
 };
 
 }  // namespace tally::server::session

@@ -3,6 +3,8 @@
 #include "common/fatbin/module_data.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/gpu.h"
+#include "server/transform/ptb.h"
+#include "server/transform/slice.h"
 
 #include <spdlog/spdlog.h>
 
@@ -101,6 +103,19 @@ CUresult dropModuleInstance(ModuleState& m) {
   }
   m.gpu->modulePool().give(m.poolKey, m.module);
   return CUDA_SUCCESS;
+}
+
+namespace {
+
+bool isVariantName(const std::string& name) {
+  return name.ends_with(transform::kSlicedSuffix) || name.ends_with(transform::kPtbSuffix);
+}
+
+}  // namespace
+
+std::vector<std::string> tenantFunctionNames(std::vector<std::string> loaded, bool hasVariants) {
+  if (hasVariants) std::erase_if(loaded, isVariantName);
+  return loaded;
 }
 
 }  // namespace tally::server::session

@@ -96,4 +96,9 @@ class ModuleTable {
 // Back to the GPU's module pool, or unloaded when the image declares module-scope data.
 CUresult dropModuleInstance(ModuleState& m);
 
+// The kernels of a tenant's module, from the functions of its loaded instance (in the driver's
+// order): an instance loaded from the compiled variant module (`hasVariants`) also holds tallyd's
+// sliced and PTB variants, which are not the tenant's and are left out.
+std::vector<std::string> tenantFunctionNames(std::vector<std::string> loaded, bool hasVariants);
+
 }  // namespace tally::server::session

@@ -5,8 +5,8 @@
 // (cudaGraphGetRootNodes, cudaGraphGetEdges, cudaGraphNodeGetDependencies / DependentNodes),
 // cudaGraphRemoveDependencies, cudaGraphDestroyNode, cudaGraphClone + cudaGraphNodeFindInClone
 // (the clone launched too), memset node parameters in the executable graph, nodes disabled and
-// enabled, cudaGraphExecGetFlags, cudaGraphDebugDotPrint, and the same graph shape through the
-// driver API (cuGraphAdd*Node).
+// enabled, cudaGraphExecGetFlags, cudaGraphDebugDotPrint, the same graph shape through the
+// driver API (cuGraphAdd*Node), and cudaGraphExecUpdate.
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -229,6 +229,38 @@ static void driver_graph(Buffers& b, cudaStream_t s) {
   CU_CHECK(cuGraphDestroy_(child));
 }
 
+// cudaGraphExecUpdate: an exec takes the parameters of a graph of the same shape (the memset
+// value); a graph of another shape is refused with the reason and the node it failed on.
+static void exec_update(Buffers& b, cudaStream_t s) {
+  auto one_memset = [&](unsigned value, cudaGraph_t& g, cudaGraphNode_t& node) {
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaMemsetParams p = memset_params(b.work, value);
+    CHECK(cudaGraphAddMemsetNode(&node, g, nullptr, 0, &p));
+  };
+  cudaGraph_t first, second, other;
+  cudaGraphNode_t firstNode, secondNode, otherNode, extra;
+  one_memset(3, first, firstNode);
+  one_memset(9, second, secondNode);
+  one_memset(4, other, otherNode);
+  CHECK(cudaGraphAddEmptyNode(&extra, other, &otherNode, 1));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, first, 0));
+  cudaGraphExecUpdateResultInfo info{};
+  CHECK(cudaGraphExecUpdate(exec, second, &info));
+  std::printf("update to the same shape: result %d\n", static_cast<int>(info.result));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  expect(all_equal(download(b.work), 9), "the updated exec sets the new value");
+  EXPECT_ERR(cudaGraphExecUpdate(exec, other, &info), cudaErrorGraphExecUpdateFailure);
+  std::printf("update to another shape: result %d\n", static_cast<int>(info.result));
+  expect(info.result == cudaGraphExecUpdateErrorTopologyChanged, "the reason is the changed topology");
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  expect(all_equal(download(b.work), 9), "a refused update changes nothing");
+  CHECK(cudaGraphExecDestroy(exec));
+  for (cudaGraph_t g : {first, second, other}) CHECK(cudaGraphDestroy(g));
+}
+
 int main() {
   Buffers b;
   for (int** p : {&b.work, &b.copy, &b.child}) CHECK(cudaMalloc(p, kBytes));
@@ -236,6 +268,7 @@ int main() {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   built_graph(b, s);
   driver_graph(b, s);
+  exec_update(b, s);
   CHECK(cudaStreamDestroy(s));
   for (int* p : {b.work, b.copy, b.child}) CHECK(cudaFree(p));
   return finish("graph_explicit");

@@ -21,9 +21,9 @@
 #                          UDS, as a high-priority and a best-effort tenant (with
 #                          GPU_SUITE_TALLYD_ARGS="--policy priority": the scheduler's GPU test)
 #   GPU_SUITE_PAIR_SKIP="host_threads"  programs left out of the pairs, with a printed reason
-#   GPU_SUITE_UDS_ONLY="host_register managed_memory"  programs not run over TCP, with a printed
-#                          reason (device pointers of registered host memory and managed memory
-#                          need memory shared over a Unix socket)
+#   GPU_SUITE_UDS_ONLY="host_register managed_memory graph_host_nodes"  programs not run over TCP,
+#                          with a printed reason (device pointers of registered host memory, managed
+#                          memory and graph host nodes need memory shared over a Unix socket)
 #   OUT=<dir>              if set, a copy of the logs/results is written there
 set -euo pipefail
 
@@ -40,7 +40,7 @@ CONCURRENT_PROGRAMS=(host_threads large_transfers)
 # Programs whose kernels wait for a later call of their own tenant: not run as HP+BE pairs.
 PAIR_SKIP=${GPU_SUITE_PAIR_SKIP-host_threads}
 # Programs that need memory shared with tallyd (a Unix socket): not run over TCP.
-UDS_ONLY=${GPU_SUITE_UDS_ONLY-host_register managed_memory}
+UDS_ONLY=${GPU_SUITE_UDS_ONLY-host_register managed_memory graph_host_nodes}
 
 # Keep in sync with TALLY_GPU_TEST_PROGRAMS in CMakeLists.txt.
 ALL_PROGRAMS=(
@@ -49,6 +49,7 @@ ALL_PROGRAMS=(
   host_callbacks coop_launch_ex device_query large_transfers warp_ops kernel_printf
   stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding driver_contexts
   stream_memory_ops graph_explicit jit_link textures_surfaces visible_devices host_register managed_memory
+  library_management graph_host_nodes
 )
 
 # ---------------------------------------------------------------- GPU present?
@@ -291,7 +292,7 @@ for prog in "${PROGRAMS[@]}"; do
 
   for transport in uds tcp; do
     if [[ $transport == tcp && " $UDS_ONLY " == *" $prog "* ]]; then
-      say "    tcp: not run: over TCP registered host memory and managed memory have no device pointer (GPU_SUITE_UDS_ONLY)"
+      say "    tcp: not run: over TCP registered host memory, managed memory and graph host nodes need memory shared with tallyd (GPU_SUITE_UDS_ONLY)"
       continue
     fi
     client_cmd "$prog" "$transport" "$prog"

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace tally::testing {
 
@@ -46,6 +47,8 @@ std::vector<char> FakeTallyd::welcome() {
     device.setMajor(9);
     device.setTotalMem((1u << 30) * (i + 1));
     device.setStreamPriorityGreatest(-5);
+    auto attributes = device.initAttributes(static_cast<unsigned>(std::size(kFakeLaunchLimits)));
+    for (unsigned a = 0; a < attributes.size(); ++a) attributes.set(a, kFakeLaunchLimits[a]);
     std::string uuid(16, static_cast<char>(0x11 * (i + 1)));
     device.setUuid(kj::arrayPtr(reinterpret_cast<const kj::byte*>(uuid.data()), uuid.size()));
     // Every pair of distinct devices is linked: rank 0, access, atomics, arrays, not partial.
@@ -74,6 +77,22 @@ std::pair<bool, std::vector<std::string>> FakeTallyd::helloDevices() {
 uint32_t FakeTallyd::lastAllocDevice() {
   std::lock_guard lock(stateMutex_);
   return lastAllocDevice_;
+}
+
+uint64_t FakeTallyd::lastLaunchFunction() {
+  std::lock_guard lock(stateMutex_);
+  return lastLaunchFunction_;
+}
+
+std::vector<FakeTallyd::HostNodeWords> FakeTallyd::lastGraphLaunchHostNodes() {
+  std::lock_guard lock(stateMutex_);
+  return lastGraphLaunchHostNodes_;
+}
+
+uint64_t FakeTallyd::functionIdOf(const std::string& name) {
+  std::lock_guard lock(stateMutex_);
+  auto it = functionIds_.find(name);
+  return it != functionIds_.end() ? it->second : 0;
 }
 
 void FakeTallyd::hostMemoryCall(wire::Call::Reader call, wire::Reply::Builder reply) {
@@ -189,6 +208,40 @@ void answerLink(wire::Call::Reader call, wire::Reply::Builder reply) {
   }
 }
 
+bool isFakeKernel(kj::StringPtr name) {
+  return std::any_of(std::begin(kFakeKernelNames), std::end(kFakeKernelNames),
+                     [&](const char* kernel) { return name == kernel; });
+}
+
+// Every module holds kFakeKernelNames and kFakeGlobalName, whatever its image.
+void answerModule(wire::Call::Reader call, wire::Reply::Builder reply) {
+  if (call.isModuleFunctionNames()) {
+    auto names = reply.initFunctionNames(static_cast<unsigned>(std::size(kFakeKernelNames)));
+    for (unsigned i = 0; i < names.size(); ++i) names.set(i, kFakeKernelNames[i]);
+  } else if (call.isModuleGetFunction()) {
+    if (!isFakeKernel(call.getModuleGetFunction().getName())) {
+      reply.setStatus(CUDA_ERROR_NOT_FOUND);
+      return;
+    }
+    auto info = reply.initFunction();
+    auto param = info.initParams(1)[0];
+    param.setOffset(0);
+    param.setSize(8);
+    auto attributes = info.initAttributes(CU_FUNC_ATTRIBUTE_MAX);
+    attributes.set(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kFakeMaxThreadsPerBlock);
+    attributes.set(CU_FUNC_ATTRIBUTE_NUM_REGS, kFakeNumRegs);
+    attributes.set(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 48 << 10);
+  } else if (call.isModuleGetGlobal()) {
+    if (call.getModuleGetGlobal().getName() != kFakeGlobalName) {
+      reply.setStatus(CUDA_ERROR_NOT_FOUND);
+      return;
+    }
+    auto global = reply.initGlobal();
+    global.setPtr(kFakeGlobalAddress);
+    global.setSize(kFakeGlobalBytes);
+  }
+}
+
 }  // namespace
 
 void FakeTallyd::record(wire::Call::Reader call) {
@@ -197,6 +250,16 @@ void FakeTallyd::record(wire::Call::Reader call) {
   if (call.isMemAlloc()) lastAllocDevice_ = call.getMemAlloc().getDevice();
   if (call.isHostFunc()) hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
   if (call.isLinkCreate()) lastLinkCreate_ = linkCreated(call.getLinkCreate());
+  if (call.isLaunchKernel()) lastLaunchFunction_ = call.getLaunchKernel().getFunction();
+  if (call.isGraphLaunch()) {
+    lastGraphLaunchHostNodes_.clear();
+    for (auto h : call.getGraphLaunch().getHostNodes()) {
+      lastGraphLaunchHostNodes_.push_back({h.getNode(), h.getReachedWord(), h.getDoneWord(), h.getSequence()});
+    }
+  }
+  if (call.isModuleGetFunction()) {
+    functionIds_[call.getModuleGetFunction().getName().cStr()] = call.getModuleGetFunction().getFunction();
+  }
   if (call.isStreamMemOps()) {
     lastStreamMemOps_.clear();
     for (auto op : call.getStreamMemOps().getOps()) {
@@ -265,7 +328,9 @@ bool FakeTallyd::handleFrame(FrameView& view) {
     if (call.isGraphAddNode() || call.isGraphAddKernelNode() || call.isGraphAddMemcpyNode()) {
       reply.setValue(++nextGraphNode_);  // the node's id in its graph (never reused here)
     }
+    if (call.isGraphExecUpdate()) reply.initGraph().initExecUpdate();  // success, no error node
     if (call.isLinkCreate() || call.isLinkAddData() || call.isLinkComplete()) answerLink(call, reply);
+    if (call.isModuleFunctionNames() || call.isModuleGetFunction() || call.isModuleGetGlobal()) answerModule(call, reply);
     if (call.isLibrary()) {  // every answer differs: 8 bytes counting the library round trips
       uint64_t n = ++libraryRoundTrips_;
       reply.setLibraryOut(kj::arrayPtr(reinterpret_cast<const kj::byte*>(&n), sizeof n));

@@ -1,13 +1,19 @@
 // A tallyd stand-in for client tests without a GPU: one client on a Unix socket, a Welcome for
-// one fake device (or more: offerDevices), a Reply (status 0) to every call that wants one; device-to-host copies get
+// one fake device (or more: offerDevices; each with the launch limits kFakeLaunchLimits as its
+// only device attributes), a Reply (status 0) to every call that wants one; device-to-host copies get
 // their bytes (all 0xAB) as Reply bulk (array copies to the host too), texture and surface objects
 // values from 0x101 on, library calls 8 output bytes counting the library
-// round trips so far (1, 2, ...: no two answers alike); graph nodes added get fresh ids; JIT link
+// round trips so far (1, 2, ...: no two answers alike); graph nodes added get fresh ids, exec updates
+// succeed (the host node words of the last graph launch are kept); JIT link
 // calls wall time 1.5 ms and the logs as the driver writes them: none at LinkCreate, kFakeErrorLog
 // (and CUDA_ERROR_INVALID_PTX) for an input named kFakeBrokenInput, kFakeInfoLog and
 // kFakeErrorLog with the image kFakeLinkedImage at LinkComplete. It counts the calls it receives,
 // so a test can assert that a refused call sent nothing (in all, or of one kind), and can send
-// HostFuncReady notices of its own choosing.
+// HostFuncReady notices of its own choosing. Every module has the kernels kFakeKernelNames, in
+// that order (moduleFunctionNames), each taking one 8-byte parameter and with the attributes
+// kFakeMaxThreadsPerBlock and kFakeNumRegs (moduleGetFunction; another name gets
+// CUDA_ERROR_NOT_FOUND), and one global, kFakeGlobalName (kFakeGlobalBytes at kFakeGlobalAddress;
+// another name: CUDA_ERROR_NOT_FOUND).
 #pragma once
 
 #include "schema/envelope.capnp.h"
@@ -30,6 +36,15 @@ inline constexpr char kFakeInfoLog[] = "fake info log";
 inline constexpr char kFakeErrorLog[] = "fake error log";
 inline constexpr char kFakeLinkedImage[] = "fake linked cubin";
 inline constexpr char kFakeBrokenInput[] = "broken.ptx";
+inline constexpr const char* kFakeKernelNames[] = {"kernel_a", "kernel_b", "kernel_c"};
+inline constexpr int kFakeMaxThreadsPerBlock = 768;
+inline constexpr int kFakeNumRegs = 42;
+inline constexpr char kFakeGlobalName[] = "fake_global";
+inline constexpr uint64_t kFakeGlobalAddress = 0x7d0000000040;
+inline constexpr uint64_t kFakeGlobalBytes = 12;
+// Device attributes of every fake device, index = CUdevice_attribute: max threads per block,
+// max block dims x, y, z, max grid dims x, y, z (those a launch is checked against).
+inline constexpr int kFakeLaunchLimits[] = {0, 1024, 1024, 1024, 64, 2147483647, 65535, 65535};
 
 class FakeTallyd {
  public:
@@ -83,6 +98,17 @@ class FakeTallyd {
   std::pair<bool, std::vector<std::string>> helloDevices();
   // The device of the last memAlloc call.
   uint32_t lastAllocDevice();
+  // The function handle of the last launchKernel call, and the handle the client chose for the
+  // kernel `name` at its last moduleGetFunction (0: none yet).
+  uint64_t lastLaunchFunction();
+  uint64_t functionIdOf(const std::string& name);
+  // The host node words of the last graphLaunch (schema/graph.capnp HostNodeLaunch).
+  struct HostNodeWords {
+    uint32_t node;
+    uint64_t reachedWord, doneWord;
+    uint32_t sequence;
+  };
+  std::vector<HostNodeWords> lastGraphLaunchHostNodes();
 
  private:
   void serve();
@@ -115,6 +141,9 @@ class FakeTallyd {
   bool helloRestricts_ = false;
   std::vector<std::string> helloEntries_;
   uint32_t lastAllocDevice_ = 0;
+  uint64_t lastLaunchFunction_ = 0;
+  std::vector<HostNodeWords> lastGraphLaunchHostNodes_;
+  std::map<std::string, uint64_t> functionIds_;
   std::thread thread_;
 };
 

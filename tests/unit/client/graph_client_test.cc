@@ -353,4 +353,20 @@ TEST_F(StreamCapture, AnExecutableGraphKeepsItsInstantiateFlags) {
   EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
 }
 
+// Without memory shared with tallyd (as over TCP) a host node could never hand its turn to the
+// client: refused, and nothing reaches tallyd.
+void CUDART_CB neverRuns(void*) {}
+
+TEST_F(StreamCapture, HostNodesNeedSharedMemory) {
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+  uint64_t before = server->callsOf(tally::wire::Call::GRAPH_ADD_NODE);
+  cudaGraphNode_t node;
+  cudaHostNodeParams params{neverRuns, nullptr};
+  EXPECT_EQ(cudaGraphAddHostNode(&node, graph, nullptr, 0, &params), cudaErrorNotSupported);
+  EXPECT_EQ(server->callsOf(tally::wire::Call::GRAPH_ADD_NODE), before);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
 }  // namespace

@@ -104,5 +104,47 @@ TEST(HostCallbackWords, CancelledCallbackGivesItsSequenceBack) {
   EXPECT_EQ(t2.sequence, t1.sequence);
 }
 
+// A destroyed executable graph's host node gives its word pair back; the next key on those words
+// continues their sequence (a stale `reached` from the old key never passes for the new one).
+TEST(HostCallbackWords, AReleasedKeysWordsAreReusedWithFreshSequences) {
+  Region region;
+  auto words = HostCallbackWords::open(region.map(), [] {});
+  ASSERT_NE(words, nullptr);
+  HostCallbackWords::Ticket old;
+  ASSERT_TRUE(words->enqueue(100, [] {}, old));
+  __atomic_store_n(word(old.reachedWord), old.sequence, __ATOMIC_RELEASE);
+  ASSERT_TRUE(waitFor([&] { return __atomic_load_n(word(old.doneWord), __ATOMIC_ACQUIRE) == old.sequence; }));
+  words->release(100);
+  std::atomic<int> ran{0};
+  HostCallbackWords::Ticket reused;
+  ASSERT_TRUE(words->enqueue(200, [&] { ++ran; }, reused));
+  EXPECT_EQ(reused.reachedWord, old.reachedWord);
+  EXPECT_GT(reused.sequence, old.sequence);
+  std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(ran.load(), 0) << "ran on the old key's `reached`";
+  __atomic_store_n(word(reused.reachedWord), reused.sequence, __ATOMIC_RELEASE);
+  ASSERT_TRUE(waitFor([&] { return ran.load() == 1; }));
+}
+
+// Released while callbacks are pending: the words stay the key's until they have run.
+TEST(HostCallbackWords, AReleasedKeyKeepsItsWordsUntilItsCallbacksRan) {
+  Region region;
+  auto words = HostCallbackWords::open(region.map(), [] {});
+  ASSERT_NE(words, nullptr);
+  std::atomic<int> ran{0};
+  HostCallbackWords::Ticket pending, other;
+  ASSERT_TRUE(words->enqueue(100, [&] { ++ran; }, pending));
+  words->release(100);
+  ASSERT_TRUE(words->enqueue(200, [] {}, other));
+  EXPECT_NE(other.reachedWord, pending.reachedWord) << "words handed out while a callback waits on them";
+  __atomic_store_n(word(pending.reachedWord), pending.sequence, __ATOMIC_RELEASE);
+  ASSERT_TRUE(waitFor([&] { return ran.load() == 1; }));
+  ASSERT_TRUE(waitFor([&] { return __atomic_load_n(word(pending.doneWord), __ATOMIC_ACQUIRE) == pending.sequence; }));
+  std::this_thread::sleep_for(5ms);  // the pair is given back right after `done` is written
+  HostCallbackWords::Ticket third;
+  ASSERT_TRUE(words->enqueue(300, [] {}, third));
+  EXPECT_EQ(third.reachedWord, pending.reachedWord) << "the words were not given back after the callback ran";
+}
+
 }  // namespace
 }  // namespace tally::client

@@ -73,7 +73,7 @@ class BuiltLibrary(unittest.TestCase):
             self.assertTrue(self.implemented(name), name)
 
     def test_generated_stubs_are_not_supported(self):
-        for name in ("cudaImportExternalMemory", "cudaGraphAddHostNode", "cuImportExternalMemory"):
+        for name in ("cudaImportExternalMemory", "cudaGraphAddExternalSemaphoresSignalNode", "cuImportExternalMemory"):
             self.assertFalse(self.implemented(name), name)
 
     def test_a_driver_function_has_the_status_of_the_export_the_header_binds(self):

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace tally::server::session {
 namespace {
 
@@ -58,6 +61,20 @@ TEST(ModuleTable, OnlyAnInstanceWithoutAPoolKeyIsUnloadedWhenDropped) {
   EXPECT_FALSE(table.unloadsWhenDropped(1));
   EXPECT_TRUE(table.unloadsWhenDropped(2));
   EXPECT_FALSE(table.unloadsWhenDropped(3));  // unknown
+}
+
+// cuModuleEnumerateFunctions through tallyd: a module loaded from the compiled variant module
+// lists the tenant's kernels only, in the driver's order.
+TEST(ModuleTable, TheVariantsOfAKernelAreNotTheTenants) {
+  std::vector<std::string> loaded = {"add", "add__tally_sliced", "add__tally_ptb", "scale", "scale__tally_sliced"};
+  EXPECT_EQ(tenantFunctionNames(loaded, true), (std::vector<std::string>{"add", "scale"}));
+}
+
+TEST(ModuleTable, AModuleWithoutVariantsListsEveryFunction) {
+  // Names are the tenant's own when the instance is its image: nothing is filtered by name.
+  std::vector<std::string> loaded = {"b", "a__tally_ptb", "a"};
+  EXPECT_EQ(tenantFunctionNames(loaded, false), loaded);
+  EXPECT_TRUE(tenantFunctionNames({}, true).empty());
 }
 
 }  // namespace
