@@ -3,8 +3,9 @@
 // sides see: a kernel writes a word the host node reads, the host node writes a word the next
 // kernel reads). Then node parameters (get/set in the graph, set in an executable graph), the
 // node type, a clone, two executable graphs of one graph launched on two streams, many
-// instantiate/launch/destroy cycles, and the driver API (cuGraphAddHostNode). Through Tally only
-// over a Unix socket (the words the node and the client share are memory mapped by both).
+// instantiate/launch/destroy cycles, the generic cudaGraphAddNode, and the driver API
+// (cuGraphAddHostNode). Through Tally only over a Unix socket (the words the node and the client
+// share are memory mapped by both).
 #include <cstdio>
 #include <vector>
 
@@ -196,6 +197,42 @@ static void many_execs() {
   CHECK(cudaGraphDestroy(graph));
 }
 
+// The same chain through the generic node API (cudaGraphAddNode).
+static void generic_add(Shared* shared) {
+  HostLog log;
+  log.shared = shared;
+  int value = 5;
+  void* produceArgs[2] = {&shared, &value};
+  void* consumeArgs[1] = {&shared};
+  cudaGraph_t graph;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeKernel;
+  p.kernel.func = reinterpret_cast<void*>(produce);
+  p.kernel.gridDim = dim3(1);
+  p.kernel.blockDim = dim3(1);
+  p.kernel.kernelParams = produceArgs;
+  cudaGraphNode_t produceNode, hostNode, consumeNode;
+  CHECK(cudaGraphAddNode(&produceNode, graph, nullptr, nullptr, 0, &p));
+  cudaGraphNodeParams h{};
+  h.type = cudaGraphNodeTypeHost;
+  h.host.fn = host_step;
+  h.host.userData = &log;
+  CHECK(cudaGraphAddNode(&hostNode, graph, &produceNode, nullptr, 1, &h));
+  p.kernel.func = reinterpret_cast<void*>(consume);
+  p.kernel.kernelParams = consumeArgs;
+  CHECK(cudaGraphAddNode(&consumeNode, graph, &hostNode, nullptr, 1, &p));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  shared->consumed = 0;
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaDeviceSynchronize());
+  expect(all_equal(log.seen, 5, 2) && shared->consumed == 100, "cudaGraphAddNode: kernel, host, kernel in order");
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+}
+
 static void driver_api() {
   int calls = 0;
   CUgraph graph;
@@ -225,6 +262,7 @@ int main() {
   ordering(shared);
   two_execs();
   many_execs();
+  generic_add(shared);
   driver_api();
   CHECK(cudaFree(shared));
   return finish("graph_host_nodes");

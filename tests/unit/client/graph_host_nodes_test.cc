@@ -191,4 +191,38 @@ TEST_F(GraphHostNodes, ExecUpdateReportsTheResult) {
   EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
 }
 
+// The generic node API builds the same nodes as the kind's own add function.
+TEST_F(GraphHostNodes, TheGenericAddNodeBuildsHostAndEmptyNodes) {
+  cudaGraphNodeParams host{};
+  host.type = cudaGraphNodeTypeHost;
+  host.host.fn = countCall;
+  host.host.userData = &calls_;
+  cudaGraphNode_t node;
+  ASSERT_EQ(cudaGraphAddNode(&node, graph_, &node_, nullptr, 1, &host), cudaSuccess);
+  cudaGraphNodeType type;
+  ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
+  EXPECT_EQ(type, cudaGraphNodeTypeHost);
+  cudaHostNodeParams got{};
+  ASSERT_EQ(cudaGraphHostNodeGetParams(node, &got), cudaSuccess);
+  EXPECT_EQ(got.userData, &calls_);
+
+  CUgraphNodeParams empty{};
+  empty.type = CU_GRAPH_NODE_TYPE_EMPTY;
+  CUgraphNode driverNode;
+  ASSERT_EQ(cuGraphAddNode(&driverNode, reinterpret_cast<CUgraph>(graph_), nullptr, nullptr, 0, &empty), CUDA_SUCCESS);
+  ASSERT_EQ(cudaGraphNodeGetType(reinterpret_cast<cudaGraphNode_t>(driverNode), &type), cudaSuccess);
+  EXPECT_EQ(type, cudaGraphNodeTypeEmpty);
+
+  uint64_t before = server->callsOf(tally::wire::Call::GRAPH_ADD_NODE);
+  cudaGraphNodeParams alloc{};
+  alloc.type = cudaGraphNodeTypeMemAlloc;
+  EXPECT_EQ(cudaGraphAddNode(&node, graph_, nullptr, nullptr, 0, &alloc), cudaErrorNotSupported);
+  cudaGraphEdgeData programmatic{};
+  programmatic.type = cudaGraphDependencyTypeProgrammatic;
+  EXPECT_EQ(cudaGraphAddNode(&node, graph_, &node_, &programmatic, 1, &host), cudaErrorNotSupported);
+  EXPECT_EQ(cudaGraphAddNode(&node, graph_, nullptr, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(server->callsOf(tally::wire::Call::GRAPH_ADD_NODE), before);
+  (void)cudaGetLastError();
+}
+
 }  // namespace
