@@ -291,8 +291,13 @@ void uploadGraph(CallContext& ctx, wire::GraphLaunch::Reader args) {
 // Destroying a graph leaves its executable graphs working; an executable graph still running
 // is freed by the driver once it completes.
 void destroyGraph(CallContext& ctx, uint64_t id) {
-  std::optional<session::GraphState> g = ctx.tenant().graphs().takeGraph(id);
+  session::GraphTable& graphs = ctx.tenant().graphs();
+  std::optional<session::GraphState> g = graphs.takeGraph(id);
   if (!g) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (graphs.hostNodesInUse(id)) {
+    graphs.retireGraph(id, std::move(*g));  // the handle goes; the driver's graph stays for its execs
+    return ctx.finish(CUDA_SUCCESS);
+  }
   g->gpu->makeCurrent();
   ctx.finish(cuGraphDestroy(g->graph));
 }
@@ -620,6 +625,10 @@ void destroyNode(CallContext& ctx, wire::GraphNodeRef::Reader args) {
   if (g == nullptr) return;
   CUgraphNode n = ctx.tenant().graphs().node(*g, args.getNode());
   if (n == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (g->hostNodes.count(args.getNode()) != 0 && ctx.tenant().graphs().hostNodesInUse(args.getGraph())) {
+    return ctx.finish(hostNodeRefusal(ctx, "destroying a host node of a graph with live executable graphs (not supported)",
+                                      CUDA_ERROR_NOT_SUPPORTED));
+  }
   if (CUresult r = cuGraphDestroyNode(n); r != CUDA_SUCCESS) return ctx.finish(r);
   g->nodes[args.getNode() - 1] = nullptr;
   g->hostNodes.erase(args.getNode());

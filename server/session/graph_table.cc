@@ -136,8 +136,22 @@ std::optional<GraphExecState> GraphTable::takeExec(uint64_t id) {
   if (it == execs_.end()) return std::nullopt;
   GraphExecState taken = it->second;
   execs_.erase(it);
+  auto retired = retired_.find(taken.graph);
+  if (retired != retired_.end() && !hostNodesInUse(taken.graph)) {
+    // Its executable graphs are destroyed first (Tenant::release, destroyExec), so none needs it.
+    retired->second.gpu->makeCurrent();
+    cuGraphDestroy(retired->second.graph);
+    retired_.erase(retired);
+  }
   return taken;
 }
+
+bool GraphTable::hostNodesInUse(uint64_t graph) const {
+  return std::any_of(execs_.begin(), execs_.end(),
+                     [graph](const auto& e) { return e.second.graph == graph && !e.second.hostNodes.empty(); });
+}
+
+void GraphTable::retireGraph(uint64_t id, GraphState g) { retired_.insert_or_assign(id, std::move(g)); }
 
 // --- end of the tenancy --------------------------------------------------------------------
 
@@ -170,6 +184,11 @@ void GraphTable::destroyAll() {
     }
   }
   graphs_.clear();
+  for (auto& [id, g] : retired_) {
+    g.gpu->makeCurrent();
+    cuGraphDestroy(g.graph);
+  }
+  retired_.clear();
   for (auto& [g, words] : placeholderWords_) {
     g->makeCurrent();
     cuMemFree(words);

@@ -88,6 +88,13 @@ class GraphTable {
 
   // --- executable graphs -----------------------------------------------------------------
   CUresult admitExec(uint64_t id);
+  // Whether an executable graph with host nodes was instantiated from graph `id`: each launch
+  // sets its host nodes' words through that graph's nodes, so they must outlive the graph's
+  // handle (retireGraph) and may not be destroyed one by one.
+  bool hostNodesInUse(uint64_t graph) const;
+  // Keeps the destroyed graph `id` for its executable graphs with host nodes; it goes when the
+  // last of them does (takeExec).
+  void retireGraph(uint64_t id, GraphState g);
   void insertExec(uint64_t id, GraphExecState e);
   GraphExecState* exec(uint64_t id);
   std::optional<GraphExecState> takeExec(uint64_t id);
@@ -110,6 +117,7 @@ class GraphTable {
   std::unordered_map<uint64_t, GraphState> graphs_;
   std::unordered_map<uint64_t, GraphExecState> execs_;
   std::map<gpu::Gpu*, CUdeviceptr> placeholderWords_;
+  std::unordered_map<uint64_t, GraphState> retired_;  // destroyed by the tenant, kept for its execs
 };
 
 }  // namespace tally::server::session

@@ -147,7 +147,8 @@ static void ordering(Shared* shared) {
   CHECK(cudaStreamDestroy(stream));
 }
 
-// Two executable graphs of one graph, each launched on its own stream, 20 times each.
+// Two executable graphs of one graph, each launched on its own stream, 20 times each, after the
+// graph itself was destroyed.
 static void two_execs() {
   int calls = 0;
   cudaGraph_t graph;
@@ -158,6 +159,7 @@ static void two_execs() {
   cudaGraphExec_t a, b;
   CHECK(cudaGraphInstantiate(&a, graph, 0));
   CHECK(cudaGraphInstantiate(&b, graph, 0));
+  CHECK(cudaGraphDestroy(graph));  // the executable graphs live on without it
   cudaStream_t s1, s2;
   CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -171,7 +173,6 @@ static void two_execs() {
   expect(calls == 40, "every launch of both ran the host node");
   CHECK(cudaGraphExecDestroy(a));
   CHECK(cudaGraphExecDestroy(b));
-  CHECK(cudaGraphDestroy(graph));
   CHECK(cudaStreamDestroy(s1));
   CHECK(cudaStreamDestroy(s2));
 }

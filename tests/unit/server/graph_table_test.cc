@@ -43,10 +43,24 @@ TEST_F(GraphTableTest, PastTheCapTheDriversOutOfMemoryAnswer) {
 }
 
 TEST_F(GraphTableTest, ExecsRememberTheirGraph) {
-  table.insertExec(5, GraphExecState{nullptr, nullptr, 10});
+  table.insertExec(5, GraphExecState{nullptr, nullptr, 10, {}});
   ASSERT_NE(table.exec(5), nullptr);
   EXPECT_EQ(table.exec(5)->graph, 10u);
   EXPECT_EQ(table.exec(6), nullptr);
+}
+
+// A graph whose executable graphs set host node words through its nodes stays in use while one
+// of them lives.
+TEST_F(GraphTableTest, HostNodesKeepTheirGraphInUseWhileAnExecLives) {
+  table.insertExec(5, GraphExecState{nullptr, nullptr, 10, {}});
+  EXPECT_FALSE(table.hostNodesInUse(10)) << "an exec without host nodes needs nothing of its graph";
+  GraphExecState withHost{nullptr, nullptr, 10, {}};
+  withHost.hostNodes.emplace(3, nullptr);
+  table.insertExec(6, withHost);
+  EXPECT_TRUE(table.hostNodesInUse(10));
+  EXPECT_FALSE(table.hostNodesInUse(11));
+  EXPECT_TRUE(table.takeExec(6).has_value());
+  EXPECT_FALSE(table.hostNodesInUse(10));
 }
 
 TEST_F(GraphTableTest, CapturesAreCountedWhereStreamsAskForThem) {
