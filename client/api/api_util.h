@@ -44,6 +44,11 @@ CUresult registeredDevicePointer(uintptr_t key, const HostRegion& region, const 
 // For the _ptsz exports: a null stream is the calling thread's default stream.
 inline CUstream perThreadDefault(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
 
+// stream_event.cc: the priority `stream` was created with (0 for the default streams), or
+// CUDA_ERROR_INVALID_HANDLE. stream_attributes.cc: forgets a destroyed stream's attributes.
+CUresult streamPriority(CUstream stream, int& priority);
+void forgetStreamAttributes(uint64_t stream);
+
 // Fills a wire Dim3 from x/y/z.
 template <typename Builder>
 void setDim3(Builder b, unsigned x, unsigned y, unsigned z) {

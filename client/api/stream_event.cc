@@ -24,6 +24,7 @@ CUresult destroyStream(CUstream stream) {
   if (s == nullptr || reinterpret_cast<uintptr_t>(stream) <= 2) return CUDA_ERROR_INVALID_HANDLE;
   handleRegistry().remove(s);
   captureTable().forgetStream(s->id);  // tallyd ends a capture it began
+  forgetStreamAttributes(s->id);
   CUresult r = rt().post([&](wire::Call::Builder c) { c.initStreamDestroy().setStream(s->id); });
   delete s;
   return r;
@@ -259,6 +260,10 @@ CUresult exchangeCaptureMode(CUstreamCaptureMode* mode) {
 }
 
 }  // namespace
+
+namespace tally::client {
+CUresult streamPriority(CUstream stream, int& priority) { return streamInfo(stream, &priority, nullptr); }
+}  // namespace tally::client
 
 // --- runtime -----------------------------------------------------------------------------------
 

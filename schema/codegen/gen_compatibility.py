@@ -659,9 +659,15 @@ EXPORT_TABLE_NOTE = ("**Programs with their own CUDA runtime** (linked staticall
                      "at its first CUDA call with `cudaErrorNotSupported` and a log line that says to build "
                      "with `-cudart shared` (without it the runtime reported an old driver).")
 
+STREAM_ATTRIBUTE_NOTE = ("**Stream attributes** (`cudaStreamSetAttribute`, `cuStreamGetAttribute`, …) are kept by the "
+                         "client and read back as set, but reach no GPU: an L2 access policy window would reserve "
+                         "persisting L2 in the context every tenant shares, and the synchronization policy and memory "
+                         "synchronization domains are hints. A stream's priority is the one it was created with; "
+                         "changing it through an attribute answers NotSupported.")
+
 CUDA_NOTES = {
-    "runtime": [MANAGED_NOTE, "", PEER_NOTE, ""],
-    "driver": [MANAGED_NOTE, "", PEER_NOTE, "", EXPORT_TABLE_NOTE, "", "Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
+    "runtime": [MANAGED_NOTE, "", PEER_NOTE, "", STREAM_ATTRIBUTE_NOTE, ""],
+    "driver": [MANAGED_NOTE, "", PEER_NOTE, "", STREAM_ATTRIBUTE_NOTE, "", EXPORT_TABLE_NOTE, "", "Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
                "`cuModuleGetSurfRef`) stay NotSupported: nvcc 13 cannot produce them any more "
                "(`texture<>`/`surface<>` references were removed in CUDA 12; `texture<float, 2> t;` "
                "fails with \"texture is not a template\"), so only binaries built with older toolkits "
