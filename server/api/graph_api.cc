@@ -209,6 +209,27 @@ struct HostNodeWords {
   CUstreamBatchMemOpParams ops[2];
 };
 
+void setHostNodeOps(CUdeviceptr reached, CUdeviceptr done, uint32_t sequence, CUstreamBatchMemOpParams (&ops)[2]) {
+  ops[0] = CUstreamBatchMemOpParams{};
+  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  ops[0].writeValue.address = reached;
+  ops[0].writeValue.value = sequence;
+  ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  ops[1] = CUstreamBatchMemOpParams{};
+  ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  ops[1].waitValue.address = done;
+  ops[1].waitValue.value = sequence;
+  ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+}
+
+CUDA_BATCH_MEM_OP_NODE_PARAMS hostNodeParams(gpu::Gpu& g, CUstreamBatchMemOpParams (&ops)[2]) {
+  CUDA_BATCH_MEM_OP_NODE_PARAMS p{};
+  p.ctx = g.context();
+  p.count = 2;
+  p.paramArray = ops;
+  return p;
+}
+
 // The words of every host node of `e` for this launch, checked: each node once, each word in
 // memory the client shares with tallyd; the done words are held for the tenant's end.
 CUresult hostNodeWords(CallContext& ctx, const session::GraphExecState& e,
@@ -227,14 +248,7 @@ CUresult hostNodeWords(CallContext& ctx, const session::GraphExecState& e,
                              CUDA_ERROR_INVALID_VALUE);
     }
     HostNodeWords w{node->second, {}};
-    w.ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    w.ops[0].writeValue.address = reached->device;
-    w.ops[0].writeValue.value = l.getSequence();
-    w.ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    w.ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-    w.ops[1].waitValue.address = done->device;
-    w.ops[1].waitValue.value = l.getSequence();
-    w.ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    setHostNodeOps(reached->device, done->device, l.getSequence(), w.ops);
     out.push_back(w);
     ctx.tenant().holdSharedDoneWord(done->local, l.getSequence());
   }
@@ -245,10 +259,7 @@ CUresult hostNodeWords(CallContext& ctx, const session::GraphExecState& e,
 // apply to the launches that follow, so this runs right before the launch it belongs to.
 CUresult setHostNodeWords(CUgraphExec exec, gpu::Gpu& g, std::vector<HostNodeWords>& words) {
   for (HostNodeWords& w : words) {
-    CUDA_BATCH_MEM_OP_NODE_PARAMS p{};
-    p.ctx = g.context();
-    p.count = 2;
-    p.paramArray = w.ops;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS p = hostNodeParams(g, w.ops);
     if (CUresult r = cuGraphExecBatchMemOpNodeSetParams(exec, w.node, &p); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
@@ -521,17 +532,9 @@ CUresult addHostNode(CallContext& ctx, session::GraphState& g, const std::vector
   }
   std::optional<CUdeviceptr> words = ctx.tenant().graphs().placeholderWords(g.gpu);
   if (!words) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUstreamBatchMemOpParams ops[2] = {};
-  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-  ops[0].writeValue.address = *words;
-  ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-  ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-  ops[1].waitValue.address = *words + sizeof(uint32_t);
-  ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-  CUDA_BATCH_MEM_OP_NODE_PARAMS p{};
-  p.ctx = g.gpu->context();
-  p.count = 2;
-  p.paramArray = ops;
+  CUstreamBatchMemOpParams ops[2];
+  setHostNodeOps(*words, *words + sizeof(uint32_t), 0, ops);  // writes 0, waits for >= 0: passes
+  CUDA_BATCH_MEM_OP_NODE_PARAMS p = hostNodeParams(*g.gpu, ops);
   return cuGraphAddBatchMemOpNode(&node, g.graph, deps.data(), deps.size(), &p);
 }
 
