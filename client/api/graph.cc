@@ -159,6 +159,14 @@ CUresult launch(CUgraphExec exec, CUstream stream, bool upload, Api api) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
   std::vector<std::pair<uint32_t, HostCallbackWords::Ticket>> tickets;
+  if (!upload && captureTable().status(id).status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    std::lock_guard lock(e->mutex);
+    // Replays of the capture would never hand the client its turn again (tallyd refuses it too).
+    if (!e->hostNodes.empty()) {
+      spdlog::warn("tally: a graph with host nodes launched into a stream capture is not supported");
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
   if (!upload && !queueHostNodes(*e, tickets)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = rt().post([&](wire::Call::Builder c) {
     auto l = upload ? c.initGraphUpload() : c.initGraphLaunch();

@@ -225,4 +225,22 @@ TEST_F(GraphHostNodes, TheGenericAddNodeBuildsHostAndEmptyNodes) {
   (void)cudaGetLastError();
 }
 
+// A replay of a capture would never hand the client its turn: refused before anything is queued.
+TEST_F(GraphHostNodes, LaunchingIntoACaptureIsRefused) {
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph_, 0), cudaSuccess);
+  cudaStream_t capturing;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  uint64_t before = server->callsOf(tally::wire::Call::GRAPH_LAUNCH);
+  EXPECT_EQ(cudaGraphLaunch(exec, capturing), cudaErrorNotSupported);
+  EXPECT_EQ(server->callsOf(tally::wire::Call::GRAPH_LAUNCH), before);
+  cudaGraph_t captured = nullptr;
+  (void)cudaStreamEndCapture(capturing, &captured);
+  if (captured != nullptr) cudaGraphDestroy(captured);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaStreamDestroy(capturing), cudaSuccess);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+}
+
 }  // namespace
