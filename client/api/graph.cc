@@ -134,22 +134,28 @@ CUresult instantiate(CUgraphExec* out, CUgraph graph, unsigned long long flags, 
 }
 
 // Queues this launch's run of every host node of `e` on the client's callback thread and says
-// which words and sequence each node uses; false (nothing queued) when the word pairs run out.
-bool queueHostNodes(GraphExecHandle& e, std::vector<std::pair<uint32_t, HostCallbackWords::Ticket>>& tickets) {
+// which words and sequence each node uses. Nothing is queued on failure: a capture (its replays
+// would never hand the client its turn again; tallyd refuses it too) or no word pair left.
+CUresult queueHostNodes(GraphExecHandle& e, uint64_t stream,
+                        std::vector<std::pair<uint32_t, HostCallbackWords::Ticket>>& tickets) {
   std::lock_guard lock(e.mutex);
-  if (e.hostNodes.empty()) return true;
+  if (e.hostNodes.empty()) return CUDA_SUCCESS;
+  if (captureTable().status(stream).status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    spdlog::warn("tally: a graph with host nodes launched into a stream capture is not supported");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   HostCallbackWords* words = rt().hostCallbackWords();
-  if (words == nullptr) return false;
+  if (words == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   for (const auto& [id, call] : e.hostNodes) {
     HostCallbackWords::Ticket ticket;
     if (!words->enqueue(hostNodeKey(e.id, id), [call] { call.fn(call.userData); }, ticket)) {
       for (const auto& queued : tickets) words->cancelLast(hostNodeKey(e.id, queued.first));
       tickets.clear();
-      return false;
+      return CUDA_ERROR_OUT_OF_MEMORY;
     }
     tickets.emplace_back(id, ticket);
   }
-  return true;
+  return CUDA_SUCCESS;
 }
 
 // Launch (or upload): one-way and stream-ordered, like a kernel launch.
@@ -159,15 +165,9 @@ CUresult launch(CUgraphExec exec, CUstream stream, bool upload, Api api) {
   uint64_t id;
   if (CUresult r = resolveStream(stream, id); r != CUDA_SUCCESS) return r;
   std::vector<std::pair<uint32_t, HostCallbackWords::Ticket>> tickets;
-  if (!upload && captureTable().status(id).status != CU_STREAM_CAPTURE_STATUS_NONE) {
-    std::lock_guard lock(e->mutex);
-    // Replays of the capture would never hand the client its turn again (tallyd refuses it too).
-    if (!e->hostNodes.empty()) {
-      spdlog::warn("tally: a graph with host nodes launched into a stream capture is not supported");
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
+  if (!upload) {
+    if (CUresult r = queueHostNodes(*e, id, tickets); r != CUDA_SUCCESS) return r;
   }
-  if (!upload && !queueHostNodes(*e, tickets)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = rt().post([&](wire::Call::Builder c) {
     auto l = upload ? c.initGraphUpload() : c.initGraphLaunch();
     l.setExec(e->id);
