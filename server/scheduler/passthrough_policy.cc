@@ -6,22 +6,18 @@
 namespace tally::server::scheduler {
 
 CUresult PassthroughPolicy::launch(const KernelLaunch& k) {
-  std::vector<void*> built;
-  void** params = k.paramPointers;
-  if (params == nullptr) {
-    built = parameterPointers(k);
-    params = built.data();
-  }
-  return launcher_.launchOriginal(k, params);
+  ParameterPointers params(k);
+  return launcher_.launchOriginal(k, params.get());
 }
 
-std::vector<void*> parameterPointers(const KernelLaunch& k) {
-  std::vector<void*> pointers;
-  pointers.reserve(k.paramLayout->size());
-  for (auto [offset, size] : *k.paramLayout) {
-    pointers.push_back(const_cast<uint8_t*>(k.paramBuffer.data()) + offset);
+ParameterPointers::ParameterPointers(const KernelLaunch& k)
+    : pointers_(k.paramPointers), count_(k.paramLayout != nullptr ? k.paramLayout->size() : 0) {
+  if (pointers_ != nullptr) return;
+  built_.reserve(count_);
+  for (size_t i = 0; i < count_; ++i) {
+    built_.push_back(const_cast<uint8_t*>(k.paramBuffer.data()) + (*k.paramLayout)[i].first);
   }
-  return pointers;
+  pointers_ = built_.data();
 }
 
 }  // namespace tally::server::scheduler

@@ -5,8 +5,19 @@
 
 namespace tally::server::scheduler {
 
-// Pointers to each parameter's bytes inside k.paramBuffer, as cuLaunchKernel takes them.
-std::vector<void*> parameterPointers(const KernelLaunch& k);
+// Pointers to each parameter's bytes inside k.paramBuffer, as cuLaunchKernel takes them: the
+// ones the caller built (KernelLaunch::paramPointers), else made here.
+class ParameterPointers {
+ public:
+  explicit ParameterPointers(const KernelLaunch& k);
+  void** get() { return pointers_; }
+  gpu::KernelParams kernelParams() { return {pointers_, count_}; }
+
+ private:
+  std::vector<void*> built_;
+  void** pointers_;
+  size_t count_;
+};
 
 class PassthroughPolicy final : public Policy {
  public:

@@ -116,6 +116,10 @@ class Policy {
   }
   // A tenant enqueued other stream work (copy, memset, event, wait) on `stream`.
   virtual void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) = 0;
+  // The tenant's thread is done queueing a burst of work (it is about to wait for the client,
+  // or to run a call other than a launch): what the policy deferred while the burst was being
+  // queued is issued now, on that thread. launch() and afterWork() may defer until then.
+  virtual void endOfBurst(uint64_t tenant) { (void)tenant; }
   // The tenant is ending, before it waits for its streams: nothing the policy holds back may
   // keep them from draining.
   virtual void tenantEnding(uint64_t tenant) = 0;

@@ -14,6 +14,9 @@ namespace {
 constexpr size_t kWordsPerGpu = 16384;
 constexpr size_t kLanesPerGpu = 4096;  // BE tenants with PTB kernels on one GPU at once
 constexpr Nanos kMonitorPeriod = 10'000;
+// An HP mark deferred this long is written by the monitor: a tenant thread stuck in a driver call
+// (a lazy module load, a context-wide free) must not keep HP looking busy, and the gate shut.
+constexpr Nanos kMaxUnmarked = 200'000;
 constexpr Nanos kWaitPeriod = 10'000;  // a BE thread's polling while held
 constexpr size_t kMaxInFlight = 2;  // BE kernels of one tenant on the GPU at once ...
 constexpr Nanos kMaxInFlightWait = 1'000'000;  // ... unless they take longer than this
@@ -198,22 +201,52 @@ void PriorityPolicy::openGate(GpuState& s) {
 
 // ---- high priority -----------------------------------------------------------------------------
 
-// Marks `stream` as having unfinished HP work (just queued): the monitor sees HP busy until the
-// GPU writes the slot's word after that work. Closes the gate if it was open.
 void PriorityPolicy::markHpWork(GpuState& s, StreamKey key, CUstream stream) {
-  uint32_t issued = 0;
-  int word = -1;
+  std::vector<PendingMark> now;
   {
     std::lock_guard lock(mutex_);
     if (s.activity.submitted(clock_.now())) closeGate(s);
     auto [it, inserted] = s.hpSlots.try_emplace(key);
     if (inserted) it->second.word = s.words.take(0);
-    word = it->second.word;
-    if (word < 0) return;
-    // The word is written after the work: HP stays busy until then.
-    issued = ++it->second.issued;
+    auto& slot = it->second;
+    if (slot.word < 0) return;
+    // Counted at once, so the word lags behind until a mark after this work has run: HP is busy
+    // from submission on, however late the mark is written.
+    ++slot.issued;
+    // The tenant's stream moved to another driver stream (an SM partition): the old one gets its
+    // mark now, after its last work.
+    if (slot.unmarked != nullptr && slot.unmarked != stream) {
+      now.push_back({slot.unmarked, s.words.device(slot.word), slot.issued - 1});
+    }
+    if (slot.unmarked == nullptr) {
+      unmarkedSlots_.fetch_add(1, std::memory_order_relaxed);
+      slot.unmarkedSince = clock_.now();
+    }
+    slot.unmarked = stream;
   }
-  launcher_.writeValue32(stream, s.words.device(word), issued);
+  writeMarks(now);
+}
+
+void PriorityPolicy::writeMarks(const std::vector<PendingMark>& marks) {
+  for (const PendingMark& m : marks) launcher_.writeValue32(m.stream, m.word, m.value);
+}
+
+void PriorityPolicy::endOfBurst(uint64_t tenant) {
+  if (unmarkedSlots_.load(std::memory_order_relaxed) == 0) return;
+  std::vector<PendingMark> marks;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [g, s] : gpus_) {
+      for (auto it = s->hpSlots.lower_bound({tenant, 0}); it != s->hpSlots.end() && it->first.first == tenant; ++it) {
+        auto& slot = it->second;
+        if (slot.unmarked == nullptr) continue;
+        marks.push_back({slot.unmarked, s->words.device(slot.word), slot.issued});
+        slot.unmarked = nullptr;
+        unmarkedSlots_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  writeMarks(marks);
 }
 
 CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
@@ -223,8 +256,8 @@ CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
     s = stateFor(*k.gpu);
     if (s != nullptr && s->activity.submitted(clock_.now())) closeGate(*s);
   }
-  std::vector<void*> params = parameterPointers(k);
-  CUresult r = launcher_.launchOriginal(k, params.data());
+  ParameterPointers params(k);
+  CUresult r = launcher_.launchOriginal(k, params.get());
   if (r == CUDA_SUCCESS && s != nullptr) markHpWork(*s, {k.tenant, k.streamId}, k.stream);
   return r;
 }
@@ -326,12 +359,12 @@ KernelFacts PriorityPolicy::occupancyFacts(const KernelLaunch& k, const std::str
 }
 
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
-  std::vector<void*> params = parameterPointers(k);
+  ParameterPointers params(k);
   if (beWorkIsolated(*k.gpu)) {
     beIsolated_.fetch_add(1, std::memory_order_relaxed);
-    return launcher_.launchOriginal(k, params.data());
+    return launcher_.launchOriginal(k, params.get());
   }
-  gpu::KernelParams kernelParams{params.data(), params.size()};
+  gpu::KernelParams kernelParams = params.kernelParams();
   std::string key = shapeKey(k);
   GpuState* s = nullptr;
   Lane* lane = nullptr;
@@ -348,7 +381,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       ++(choice.kind == VariantKind::kOriginal ? beOriginal_ : choice.kind == VariantKind::kSliced ? beSliced_ : bePtb_);
     }
   }
-  if (lane == nullptr) return launcher_.launchOriginal(k, params.data());
+  if (lane == nullptr) return launcher_.launchOriginal(k, params.get());
   switch (choice.kind) {
     case VariantKind::kSliced: {
       if (k.slicedLaunches != nullptr) k.slicedLaunches->fetch_add(1, std::memory_order_relaxed);
@@ -391,7 +424,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     }
   }
   if (m.start != nullptr) launcher_.recordEvent(m.start, k.stream);
-  CUresult r = launcher_.launchOriginal(k, params.data());
+  CUresult r = launcher_.launchOriginal(k, params.get());
   markInFlight(*lane, k.stream);
   if (m.start != nullptr) {
     launcher_.recordEvent(m.end, k.stream);
@@ -437,30 +470,63 @@ CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
 
 // ---- the monitor -------------------------------------------------------------------------------
 
-void PriorityPolicy::pollGpu(GpuState& s) {
+void PriorityPolicy::markStaleSlots(GpuState& s) {
+  if (unmarkedSlots_.load(std::memory_order_relaxed) == 0) return;
+  const Nanos now = clock_.now();
+  for (auto& [key, slot] : s.hpSlots) {
+    if (slot.unmarked == nullptr || now - slot.unmarkedSince < kMaxUnmarked) continue;
+    // Under the lock, unlike the tenant's own endOfBurst: a later mark of the tenant must not
+    // land before this older one.
+    launcher_.writeValue32(slot.unmarked, s.words.device(slot.word), slot.issued);
+    slot.unmarked = nullptr;
+    unmarkedSlots_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void PriorityPolicy::observeHp(GpuState& s) {
+  markStaleSlots(s);
   bool hpBusy = false;
   for (auto& [key, slot] : s.hpSlots) hpBusy = hpBusy || s.words.load(slot.word) != slot.issued;
   if (s.activity.observe(clock_.now(), hpBusy)) openGate(s);
-  for (size_t i = 0; i < s.measuring.size();) {
-    Measurement& m = s.measuring[i];
+}
+
+void PriorityPolicy::collectTimings(GpuState& s) {
+  std::vector<Measurement> taken;
+  {
+    std::lock_guard lock(mutex_);
+    taken.swap(s.measuring);
+  }
+  // The driver is asked without the policy's lock: HP launches take it, and an event query can
+  // wait behind another thread's driver call.
+  std::vector<std::pair<Measurement, float>> done;
+  std::vector<Measurement> pending;
+  for (Measurement& m : taken) {
+    float ms = -1;
     if (launcher_.queryEvent(m.end) != CUDA_SUCCESS) {
-      ++i;
+      pending.push_back(std::move(m));
       continue;
     }
-    float ms = 0;
-    if (launcher_.elapsedMillis(ms, m.start, m.end) == CUDA_SUCCESS) profiles_.record(m.key, ms * 1000.0);
+    if (launcher_.elapsedMillis(ms, m.start, m.end) != CUDA_SUCCESS) ms = -1;
+    done.emplace_back(std::move(m), ms);
+  }
+  std::lock_guard lock(mutex_);
+  for (Measurement& m : pending) s.measuring.push_back(std::move(m));
+  for (auto& [m, ms] : done) {
+    if (ms >= 0) profiles_.record(m.key, ms * 1000.0);
     ++measured_;
     s.eventPool.emplace_back(m.start, m.end);
-    s.measuring[i] = std::move(s.measuring.back());
-    s.measuring.pop_back();
   }
 }
 
 void PriorityPolicy::pollOnce() {
-  std::lock_guard lock(mutex_);
+  // gpus_ is fixed once constructed; each GPU's state is looked at under the lock.
   for (auto& [g, s] : gpus_) {
     launcher_.makeCurrent(g);
-    pollGpu(*s);
+    {
+      std::lock_guard lock(mutex_);
+      observeHp(*s);
+    }
+    collectTimings(*s);
   }
 }
 
@@ -480,6 +546,7 @@ void PriorityPolicy::monitor() {
 // ---- tenants ending ----------------------------------------------------------------------------
 
 void PriorityPolicy::tenantEnding(uint64_t tenant) {
+  endOfBurst(tenant);  // its streams still exist; they are destroyed after this
   // The tenant's thread is out of launch() by now, so nothing of it waits on the policy; its
   // lane goes aside until its streams are drained.
   std::lock_guard lock(mutex_);
@@ -513,6 +580,7 @@ void PriorityPolicy::forgetTenant(uint64_t tenant, std::vector<std::pair<gpu::Gp
         continue;
       }
       s->words.give(it->second.word);
+      if (it->second.unmarked != nullptr) unmarkedSlots_.fetch_sub(1, std::memory_order_relaxed);
       it = s->hpSlots.erase(it);
     }
     for (auto it = s->endedLanes.begin(); it != s->endedLanes.end();) {

@@ -66,6 +66,7 @@ class PriorityPolicy final : public Policy {
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override;
   void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override;
+  void endOfBurst(uint64_t tenant) override;
   void tenantEnding(uint64_t tenant) override;
   void tenantReleased(uint64_t tenant) override;
   std::string summary() const override;
@@ -103,7 +104,9 @@ class PriorityPolicy final : public Policy {
     std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
     struct HpSlot {
       int word = -1;
-      uint32_t issued = 0;
+      uint32_t issued = 0;        // the word reaches this once the GPU is past the last HP work
+      CUstream unmarked = nullptr;  // where that work went, while its mark waits for endOfBurst
+      Nanos unmarkedSince = 0;
     };
     std::map<StreamKey, HpSlot> hpSlots;
     std::map<uint64_t, std::unique_ptr<Lane>> lanes;  // by BE tenant
@@ -128,10 +131,20 @@ class PriorityPolicy final : public Policy {
   // open unless the kernel runs beside HP work.
   void waitTurn(GpuState& s, Lane& lane, const KernelLaunch& k, bool gated);
   void markInFlight(Lane& lane, CUstream stream);
+  // HP work was just queued on `stream`: HP is busy from now until the GPU passes the slot's
+  // mark, which is written after the tenant's burst of work (endOfBurst), not after every launch.
   void markHpWork(GpuState& s, StreamKey key, CUstream stream);
+  struct PendingMark {
+    CUstream stream = nullptr;
+    CUdeviceptr word = 0;
+    uint32_t value = 0;
+  };
+  void writeMarks(const std::vector<PendingMark>& marks);
   KernelFacts occupancyFacts(const KernelLaunch& k, const std::string& key);  // under mutex_
   void monitor();
-  void pollGpu(GpuState& s);
+  void observeHp(GpuState& s);       // under mutex_: HP's words, and the gate
+  void markStaleSlots(GpuState& s);  // under mutex_: marks deferred longer than kMaxUnmarked
+  void collectTimings(GpuState& s);  // takes mutex_ itself, not across driver calls
   void saveProfiles();
   // Gives back the tenant's words and lanes (policy lock held); its events go to `events`.
   void forgetTenant(uint64_t tenant, std::vector<std::pair<gpu::Gpu*, CUevent>>& events);
@@ -145,6 +158,7 @@ class PriorityPolicy final : public Policy {
   KernelProfiles profiles_;
   std::map<std::string, KernelFacts> shapes_;  // occupancyFacts' answers
   std::atomic<bool> stopping_{false};
+  std::atomic<uint32_t> unmarkedSlots_{0};  // HP slots whose mark waits for endOfBurst
   // Counters for summary().
   uint64_t gateCloses_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
   std::atomic<uint64_t> beIsolated_{0};  // BE launches and opaque work run in the BE partition

@@ -11,13 +11,8 @@ namespace tally::server::scheduler {
 CUresult StressPolicy::launch(const KernelLaunch& k) {
   // Launches with attributes never run as variants (the API layer leaves them none).
   if (!k.attributes.empty() || (k.sliced == nullptr && k.ptb == nullptr)) return inner_->launch(k);
-  std::vector<void*> built;
-  void** params = k.paramPointers;
-  if (params == nullptr) {
-    built = parameterPointers(k);
-    params = built.data();
-  }
-  return stressLaunch(k, gpu::KernelParams{params, k.paramLayout->size()});
+  ParameterPointers params(k);
+  return stressLaunch(k, params.kernelParams());
 }
 
 CUresult StressPolicy::stressLaunch(const KernelLaunch& k, gpu::KernelParams params) {

@@ -261,6 +261,8 @@ bool Session::serve(frame::StreamReader& reader) {
         return false;
       }
       for (auto call : message.getCalls()) {
+        // Only a run of launches is a burst: anything else may wait, or touch a stream's life.
+        if (!call.isLaunchKernel()) endOfBurst();
         throttle();
         auto kind = static_cast<int32_t>(call.which());
         BusyMark busy(tenant_->counters(), kind);
@@ -280,7 +282,12 @@ bool Session::serve(frame::StreamReader& reader) {
       spdlog::warn("tenant {} ({}) dropped: {} bulk bytes no call asked for", tenantId_, tenant_->name(), bulkLeft);
       return false;
     }
+    if (!reader.hasBuffered()) endOfBurst();  // this thread is about to wait for the client
   }
+}
+
+void Session::endOfBurst() {
+  if (services_.policy != nullptr) services_.policy->endOfBurst(tenantId_);
 }
 
 // Holds the next call back while the tenant is over its max_calls_per_second.

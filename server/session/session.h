@@ -71,6 +71,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);
   void throttle();
+  void endOfBurst();  // the scheduler's deferred work for this tenant, issued (Policy::endOfBurst)
   // Why the tenant `name` is refused for faulting the GPU too often; empty: it is not.
   std::string quarantineOf(const std::string& name) const;
   // Registers the connection with services_.hangups (0: none).

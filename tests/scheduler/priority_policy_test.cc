@@ -115,7 +115,16 @@ class PriorityPolicyTest : public ::testing::Test {
     t->stream = fake.newStream(id);
     return *t;
   }
-  CUresult launch(Tenant& t, const Kernel& k) { return policy->launch(launchOf(t, g, k)); }
+  // One launch, then the end of the tenant's burst, as a session does when nothing else is queued.
+  CUresult launch(Tenant& t, const Kernel& k) {
+    CUresult r = policy->launch(launchOf(t, g, k));
+    policy->endOfBurst(t.id);
+    return r;
+  }
+  // Launches of one burst: the session has more of the tenant's launches at hand after each.
+  void launchBurst(Tenant& t, const Kernel& k, int count) {
+    for (int i = 0; i < count; ++i) ASSERT_EQ(policy->launch(launchOf(t, g, k)), CUDA_SUCCESS);
+  }
   const FakeLaunch& last() { return fake.launches.back(); }
   std::vector<FakeLaunch> launchesOf(const Tenant& t) {
     std::vector<FakeLaunch> out;
@@ -154,6 +163,54 @@ TEST_F(PriorityPolicyTest, BestEffortWaitsUntilHpHasBeenIdleForTheWindow) {
   EXPECT_LE(l.queued, 160 * kMicros);
   EXPECT_EQ(be.held.count(), 1u);
   EXPECT_GE(be.held.totalMicros(), 150u);
+}
+
+TEST_F(PriorityPolicyTest, AnHpBurstGetsOneCompletionMarkAfterItsLastKernel) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  fake.setKernel(hpKernel.original, 50 * kMicros);
+  launchBurst(hp, hpKernel, 5);
+  EXPECT_TRUE(fake.writes.empty());  // deferred to the end of the burst
+  policy->endOfBurst(hp.id);
+  ASSERT_EQ(fake.writes.size(), 1u);
+  EXPECT_EQ(fake.writes.back().first, hp.stream);
+  // HP runs 0-250 µs; the window of 100 µs after it ends at 350 µs.
+  ASSERT_EQ(launch(be, Kernel{function(2), nullptr, nullptr, "be/k"}), CUDA_SUCCESS);
+  EXPECT_EQ(last().tenant, be.id);
+  EXPECT_GE(last().queued, 350 * kMicros);
+  EXPECT_LE(last().queued, 360 * kMicros);
+}
+
+TEST_F(PriorityPolicyTest, HpWorkWhoseMarkIsNeverFlushedStillEndsTheHold) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  fake.setKernel(hpKernel.original, 50 * kMicros);
+  launchBurst(hp, hpKernel, 1);  // the tenant's thread never gets to endOfBurst
+  ASSERT_EQ(launch(be, Kernel{function(2), nullptr, nullptr, "be/k"}), CUDA_SUCCESS);
+  // HP counts as busy until the monitor writes the stale mark at 200 µs; open 100 µs later.
+  ASSERT_EQ(fake.writes.size(), 1u);
+  EXPECT_GE(last().queued, 300 * kMicros);
+  EXPECT_LE(last().queued, 320 * kMicros);
+}
+
+TEST_F(PriorityPolicyTest, AnHpStreamThatMovedGetsItsOldMarkBeforeNewWork) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  launchBurst(hp, hpKernel, 2);
+  CUstream before = hp.stream;
+  hp.stream = fake.newStream(hp.id);  // the same tenant stream, now on another driver stream
+  launchBurst(hp, hpKernel, 1);
+  ASSERT_EQ(fake.writes.size(), 1u);
+  EXPECT_EQ(fake.writes[0].first, before);
+  policy->endOfBurst(hp.id);
+  ASSERT_EQ(fake.writes.size(), 2u);
+  EXPECT_EQ(fake.writes[1].first, hp.stream);
+  EXPECT_EQ(fake.writes[0].second, fake.writes[1].second);  // one slot, one word
 }
 
 TEST_F(PriorityPolicyTest, WithoutTheGateNothingIsHeld) {
