@@ -26,7 +26,7 @@ struct Config {
   unsigned inlineWaitMicros = 50;
   unsigned highPriorityInlineWaitMicros = 2000;
   unsigned pollMicros = 50;
-  unsigned highPriorityPollMicros = 1000;
+  unsigned highPriorityPollMicros = 20000;
   // A peer that has not completed its Hello this long after connecting (TLS handshake
   // included) is dropped: an unauthenticated peer must not hold a thread for good.
   unsigned handshakeTimeoutMs = 5000;

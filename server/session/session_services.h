@@ -44,7 +44,7 @@ struct SessionServices {
   std::vector<gpu::Gpu*> gpus;
   frame::FrameLimits limits;
   unsigned pollMicros = 50;            // how long a tenant thread polls its socket before sleeping
-  unsigned highPriorityPollMicros = 1000;  // ... a high-priority tenant's: its next request then costs no wake-up
+  unsigned highPriorityPollMicros = 20000;  // ... a high-priority tenant's: its next request then costs no wake-up
   unsigned handshakeTimeoutMs = 5000;  // a peer without a complete Hello by then is dropped
   AuthPolicy auth;                     // who may connect, with which limits
   scheduler::Policy* policy = nullptr;  // stream priority bands, and the end of a tenant
