@@ -27,11 +27,6 @@ using namespace tally::client::graphs;
 
 namespace {
 
-bool isLegacyStream(CUstream stream) {
-  auto raw = reinterpret_cast<uintptr_t>(stream);
-  return raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY);
-}
-
 // Stream wire id or the error of the calls below.
 CUresult resolveStream(CUstream stream, uint64_t& id) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;

@@ -226,8 +226,7 @@ CUresult captureStatus(CUstream stream, CUstreamCaptureStatus* status, cuuint64_
   if (CUresult r = streamInfo(stream, nullptr, nullptr); r != CUDA_SUCCESS) return r;
   CaptureTable::Status s;
   if (captureTable().anyActive()) {
-    auto raw = reinterpret_cast<uintptr_t>(stream);
-    if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) {
+    if (isLegacyStream(stream)) {
       if (captureTable().blockingCaptureOn(currentDevice())) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     } else {
       s = captureTable().status(rt().streamId(stream));

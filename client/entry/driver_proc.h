@@ -32,8 +32,13 @@ struct DriverProc {
   bool perThreadStream;
   void* fn;
   void* stub;
-  // A hand-written definition replaced the stub (cuGetProcAddress reports the others not found).
-  bool implemented() const { return fn != stub; }
+  // A per-thread twin's stub forwards to its base export (cuMemcpyHtoD_v2_ptds ->
+  // cuMemcpyHtoD_v2): the base's two addresses; null for every other entry.
+  void* baseFn = nullptr;
+  void* baseStub = nullptr;
+  // A hand-written definition replaced the stub, or the twin's base is implemented
+  // (cuGetProcAddress reports the others not found).
+  bool implemented() const { return fn != stub || baseFn != baseStub; }
 };
 
 // cuGetProcAddress semantics: the entry for `name` with the largest
@@ -53,7 +58,9 @@ struct GeneratedStub {
   const char* name;
   void* fn;
   void* stub;
-  bool implemented() const { return fn != stub; }
+  void* baseFn = nullptr;  // as DriverProc's
+  void* baseStub = nullptr;
+  bool implemented() const { return fn != stub || baseFn != baseStub; }
 };
 std::span<const GeneratedStub> generatedRuntimeStubs();  // cudaError_t functions of cuda_runtime_api.h
 std::span<const GeneratedStub> generatedDriverStubs();   // CUresult exports of cuda.h / cudaTypedefs.h

@@ -1,5 +1,7 @@
 #include "client/runtime/client_runtime.h"
 
+#include "client/entry/per_thread_stream.h"
+
 #include "client/runtime/host_callback_words.h"
 #include "client/runtime/shared_memfd.h"
 #include "client/runtime/staging_ring.h"
@@ -284,12 +286,15 @@ void ClientRuntime::waitForHostCallbacks() {
 
 // --- streams ---------------------------------------------------------------------------
 
+bool isLegacyStream(CUstream stream) {
+  auto raw = reinterpret_cast<uintptr_t>(stream);
+  return (raw == 0 && !nullStreamIsPerThread()) || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY);
+}
+
 uint64_t ClientRuntime::streamId(CUstream stream) {
   auto raw = reinterpret_cast<uintptr_t>(stream);
-  if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) {
-    return static_cast<uint64_t>(threadState().device) + 1;
-  }
-  if (raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
+  if (isLegacyStream(stream)) return static_cast<uint64_t>(threadState().device) + 1;
+  if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
     ThreadState& t = threadState();
     if (t.perThreadStream == nullptr) t.perThreadStream = createStream(static_cast<uint32_t>(t.device), 0, 0);
     return t.perThreadStream != nullptr ? t.perThreadStream->id : 0;

@@ -229,6 +229,9 @@ struct ThreadState {
 };
 ThreadState& threadState();
 
+// The legacy default stream: CU_STREAM_LEGACY, or null except inside a per-thread twin.
+bool isLegacyStream(CUstream stream);
+
 // Runtime API results: maps a driver result to the runtime's code and records it as the
 // thread's last error when it is one.
 cudaError_t toRuntime(CUresult r);

@@ -725,7 +725,9 @@ STUB_MACROS = (
     "// strong definition elsewhere in libtally_client.so (hand-written forwarding) wins at link\n"
     "// time, and an export whose address is still its stub's is not implemented.\n"
     '#define TALLY_GEN_STUB extern "C" __attribute__((visibility("hidden")))\n'
-    '#define TALLY_GEN_WEAK_ALIAS(stub) extern "C" __attribute__((weak, visibility("default"), alias(#stub), nothrow))\n\n')
+    '#define TALLY_GEN_WEAK_ALIAS(stub) extern "C" __attribute__((weak, visibility("default"), alias(#stub), nothrow))\n'
+    '// A per-thread twin calls its base, which may be deprecated (cudaMemcpyToArray).\n'
+    '#pragma GCC diagnostic ignored "-Wdeprecated-declarations"\n\n')
 
 
 def emit_stub(ret: str, conv: str, name: str, params: list, body: str) -> str:
@@ -735,14 +737,65 @@ def emit_stub(ret: str, conv: str, name: str, params: list, body: str) -> str:
             f"TALLY_GEN_WEAK_ALIAS({stub}) {ret} {conv} {name}({', '.join(params) or 'void'});\n\n")
 
 
-def emit_stub_table(table: str, accessor: str, names: list) -> str:
-    """kXxxStubs[] = {name, resolved export, own stub} and its accessor."""
+PER_THREAD_SUFFIXES = ("_ptds", "_ptsz")
+
+
+def arg_name(param: str) -> str | None:
+    """The parameter's name ("const void *src" -> "src", "void (*fn)(void*)" -> "fn")."""
+    m = re.search(r"\(\s*\*\s*(\w+)\s*\)", param) or re.search(r"(\w+)\s*(\[[^\]]*\])*\s*$", param)
+    return m.group(1) if m else None
+
+
+def param_type(param: str) -> str:
+    """The parameter without its name ("const void *src" -> "const void *")."""
+    return " ".join(re.sub(r"\b" + re.escape(arg_name(param)) + r"\b", "", param).split())
+
+
+def per_thread_base(name: str, functions: dict) -> str | None:
+    """For a per-thread-default-stream twin (cudaMemcpy_ptds, cuLaunchKernel_ptsz), the export it
+    is the twin of, when both take the same parameters; None otherwise.  Its stub then forwards
+    to that export with a null stream meaning the thread's per-thread default stream, so the twin
+    is exactly as implemented as its base.  A twin whose parameters differ from the base's is an
+    error (gen_compatibility.py counts every twin as its base): new headers force a decision."""
+    if not name.endswith(PER_THREAD_SUFFIXES):
+        return None
+    base = name[:-len("_ptds")]
+    if base not in functions:
+        return None
+    twin, own = functions[name].params, functions[base].params
+    if any(arg_name(p) is None for p in twin + own):
+        raise GenError(f"{name} or {base}: a parameter without a name: {twin} / {own}")
+    if [param_type(p) for p in twin] != [param_type(p) for p in own]:
+        raise GenError(f"{name} and {base} take different parameters:\n  {twin}\n  {own}")
+    return base
+
+
+def stub_body(name: str, functions: dict, not_supported: str) -> str:
+    base = per_thread_base(name, functions)
+    if base is None:
+        return not_supported
+    args = ", ".join(arg_name(p) for p in functions[name].params)
+    return ("  tally::client::NullStreamIsPerThread perThread;  // the twin's one difference\n"
+            f"  return {base}({args});\n")
+
+
+def base_addresses(name: str, functions: dict) -> str:
+    """A twin's table fields naming its base's export and stub (DriverProc::baseFn/baseStub)."""
+    base = per_thread_base(name, functions)
+    if base is None:
+        return ""
+    return f", reinterpret_cast<void*>(&{base}), reinterpret_cast<void*>(&{STUB_PREFIX}{base})"
+
+
+def emit_stub_table(table: str, accessor: str, names: list, functions: dict) -> str:
+    """kXxxStubs[] = {name, resolved export, own stub[, base export, base stub]} and its accessor."""
     o = ["#undef TALLY_GEN_STUB\n#undef TALLY_GEN_WEAK_ALIAS\n\nnamespace tally::client {\nnamespace {\n"
          "#pragma GCC diagnostic push\n"
          '#pragma GCC diagnostic ignored "-Wdeprecated-declarations"\n'
          f"const GeneratedStub {table}[] = {{\n"]
     for n in names:
-        o.append(f"    {{{c_str(n)}, reinterpret_cast<void*>(&{n}), reinterpret_cast<void*>(&{STUB_PREFIX}{n})}},\n")
+        o.append(f"    {{{c_str(n)}, reinterpret_cast<void*>(&{n}), reinterpret_cast<void*>(&{STUB_PREFIX}{n})"
+                 f"{base_addresses(n, functions)}}},\n")
     o.append("};\n#pragma GCC diagnostic pop\n}  // namespace\n\n"
              f"std::span<const GeneratedStub> {accessor}() {{ return {table}; }}\n")
     return "".join(o)
@@ -758,13 +811,15 @@ def emit_runtime(model: Model) -> str:
          "//\n// The _ptds/_ptsz variants are declared by cuda_runtime_api.h only under\n"
          "// CUDA_API_PER_THREAD_DEFAULT_STREAM; their definitions below declare them.\n\n",
          "#include <cuda_runtime_api.h>\n\n#include <span>\n\n",
-         '#include "client/entry/driver_proc.h"\n#include "client/entry/not_supported.h"\n\n',
+         '#include "client/entry/driver_proc.h"\n#include "client/entry/not_supported.h"\n'
+         '#include "client/entry/per_thread_stream.h"\n\n',
          undef_block(model.runtime_undef), STUB_MACROS]
     for n in names:
         o.append(emit_stub("cudaError_t", "CUDARTAPI", n, model.runtime[n].params,
-                           f"  tally::client::reportNotSupported({c_str(n)});\n"
-                           f"  return cudaErrorNotSupported;\n"))
-    o.append(emit_stub_table("kRuntimeStubs", "generatedRuntimeStubs", names))
+                           stub_body(n, model.runtime,
+                                     f"  tally::client::reportNotSupported({c_str(n)});\n"
+                                     f"  return cudaErrorNotSupported;\n")))
+    o.append(emit_stub_table("kRuntimeStubs", "generatedRuntimeStubs", names, model.runtime))
     o.append(f"int runtimeFunctionsFoundByGenerator() {{ return {model.runtime_found}; }}\n\n"
              "}  // namespace tally::client\n")
     return "".join(o)
@@ -787,15 +842,17 @@ def emit_driver(model: Model) -> str:
          f"({model.driver_declared} declared in cuda.h, {len(model.driver_from_pfn)} with the "
          f"signature of a cudaTypedefs.h PFN typedef only).\n\n",
          INTERNAL_PRELUDE, "#include <cuda.h>\n\n#include <span>\n\n",
-         '#include "client/entry/driver_proc.h"\n#include "client/entry/not_supported.h"\n\n',
+         '#include "client/entry/driver_proc.h"\n#include "client/entry/not_supported.h"\n'
+         '#include "client/entry/per_thread_stream.h"\n\n',
          undef_block(model.driver_undef), STUB_MACROS]
     for n in names:
         d = model.driver[n]
         src = "  // signature from cudaTypedefs.h\n" if "pfn" in d.passes else ""
         o.append(emit_stub("CUresult", "CUDAAPI", n, d.params,
-                           f"{src}  tally::client::reportNotSupported({c_str(n)});\n"
-                           f"  return CUDA_ERROR_NOT_SUPPORTED;\n"))
-    o.append(emit_stub_table("kDriverStubs", "generatedDriverStubs", names))
+                           stub_body(n, model.driver,
+                                     f"{src}  tally::client::reportNotSupported({c_str(n)});\n"
+                                     f"  return CUDA_ERROR_NOT_SUPPORTED;\n")))
+    o.append(emit_stub_table("kDriverStubs", "generatedDriverStubs", names, model.driver))
     o.append(f"int driverFunctionsFoundByGenerator() {{ return {len(names)}; }}\n\n"
              "}  // namespace tally::client\n")
     return "".join(o)
@@ -832,7 +889,8 @@ def emit_proc_table(model: Model) -> str:
              "const DriverProc kDriverProcs[] = {\n")
     for name, since, pt, sym, typedef in model.procs:
         o.append(f"    {{{c_str(name)}, {since}, {'true' if pt else 'false'}, "
-                 f"reinterpret_cast<void*>(&{sym}), reinterpret_cast<void*>(&{STUB_PREFIX}{sym})}},\n")
+                 f"reinterpret_cast<void*>(&{sym}), reinterpret_cast<void*>(&{STUB_PREFIX}{sym})"
+                 f"{base_addresses(sym, model.driver)}}},\n")
     o.append("};\n}  // namespace\n}  // namespace tally::client\n#pragma GCC diagnostic pop\n\n"
              "namespace tally::client {\n\n")
     o.append(

@@ -62,6 +62,9 @@ TEST_F(EntryPoints, ImplementedFunctionsAreFound) {
   EXPECT_EQ(fn, reinterpret_cast<void*>(&cuMemAlloc));  // cuMemAlloc_v2 through cuda.h's rename
 }
 
+// Declared by cuda.h only under CUDA_API_PER_THREAD_DEFAULT_STREAM.
+extern "C" CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* p, CUstream stream);
+
 TEST_F(EntryPoints, GeneratedStubsAreNotFound) {
   void* fn = &fn;
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -69,12 +72,18 @@ TEST_F(EntryPoints, GeneratedStubsAreNotFound) {
             CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   EXPECT_EQ(fn, nullptr);
-  // The per-thread-default-stream twin of a stub is a stub too.
+  // The per-thread-default-stream twin of a stub is a stub too ...
   fn = &fn;
-  EXPECT_EQ(cuGetProcAddress("cuMemcpy3DPeerAsync", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+  EXPECT_EQ(cuGetProcAddress("cuGraphicsMapResources", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
                              &status),
             CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(fn, nullptr);
+  // ... and the twin of an implemented function is found: it is that function on the thread's
+  // per-thread default stream.
+  EXPECT_EQ(cuGetProcAddress("cuMemcpy3DPeerAsync", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                             &status),
+            CUDA_SUCCESS);
+  EXPECT_EQ(fn, reinterpret_cast<void*>(&cuMemcpy3DPeerAsync_ptsz));
   // Unknown names as before.
   EXPECT_EQ(cuGetProcAddress("cuNoSuchFunction", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status),
             CUDA_ERROR_NOT_FOUND);
