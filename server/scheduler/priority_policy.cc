@@ -343,19 +343,23 @@ void PriorityPolicy::markInFlight(Lane& lane, CUstream stream) {
 }
 
 // What occupancy says of this launch shape, asked once per shape (and per set of variants the
-// tenant's module has) rather than on every launch.
+// tenant's module has) rather than on every launch. The driver is asked without the policy's
+// lock: the first query of a kernel loads it (lazy loading), which can wait until every kernel
+// running in the context ends, and HP launches take that lock.
 KernelFacts PriorityPolicy::occupancyFacts(const KernelLaunch& k, const std::string& key) {
   std::string cacheKey = key + (k.sliced != nullptr ? "/s" : "/-") + (k.ptb != nullptr ? "p" : "-");
-  auto [it, inserted] = shapes_.try_emplace(cacheKey);
-  KernelFacts& f = it->second;
-  if (inserted) {
-    f.blocks = k.shape.blocks();
-    f.hasSliced = launcher_.waveBlocks(k.gpu, k.sliced, k.shape) > 0;
-    f.originalWaveBlocks = launcher_.waveBlocks(k.gpu, k.original, k.shape);
-    f.waveBlocks = launcher_.waveBlocks(k.gpu, k.ptb, k.shape);
-    f.hasPtb = f.waveBlocks > 0 && launcher_.hasPtbHelpers(k.gpu);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = shapes_.find(cacheKey); it != shapes_.end()) return it->second;
   }
-  return f;
+  KernelFacts f;
+  f.blocks = k.shape.blocks();
+  f.hasSliced = launcher_.waveBlocks(k.gpu, k.sliced, k.shape) > 0;
+  f.originalWaveBlocks = launcher_.waveBlocks(k.gpu, k.original, k.shape);
+  f.waveBlocks = launcher_.waveBlocks(k.gpu, k.ptb, k.shape);
+  f.hasPtb = f.waveBlocks > 0 && launcher_.hasPtbHelpers(k.gpu);
+  std::lock_guard lock(mutex_);
+  return shapes_.try_emplace(cacheKey, f).first->second;
 }
 
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
@@ -366,6 +370,7 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
   }
   gpu::KernelParams kernelParams = params.kernelParams();
   std::string key = shapeKey(k);
+  KernelFacts facts = occupancyFacts(k, key);
   GpuState* s = nullptr;
   Lane* lane = nullptr;
   LaunchChoice choice;
@@ -374,7 +379,6 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     s = stateFor(*k.gpu);
     if (s != nullptr) lane = laneFor(*s, k);
     if (lane != nullptr) {
-      KernelFacts facts = occupancyFacts(k, key);
       facts.originalMicros = profiles_.micros(key);
       facts.launchesSeen = profiles_.samples(key);
       choice = chooseLaunch(facts, knobs_);

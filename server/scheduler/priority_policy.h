@@ -140,7 +140,7 @@ class PriorityPolicy final : public Policy {
     uint32_t value = 0;
   };
   void writeMarks(const std::vector<PendingMark>& marks);
-  KernelFacts occupancyFacts(const KernelLaunch& k, const std::string& key);  // under mutex_
+  KernelFacts occupancyFacts(const KernelLaunch& k, const std::string& key);  // takes mutex_ itself
   void monitor();
   void observeHp(GpuState& s);       // under mutex_: HP's words, and the gate
   void markStaleSlots(GpuState& s);  // under mutex_: marks deferred longer than kMaxUnmarked

@@ -55,6 +55,8 @@ class FakeLauncher final : public Launcher, public Clock {
  public:
   // Run after every sleepFor: the test's stand-in for the policy's monitor thread.
   std::function<void()> onSleep;
+  // Run inside every occupancy query: where the driver may load a kernel and wait.
+  std::function<void()> onOccupancyQuery;
   std::vector<FakeLaunch> launches;
   std::vector<std::pair<CUstream, CUdeviceptr>> writes;  // writeValue32's, in order
 
@@ -106,6 +108,7 @@ class FakeLauncher final : public Launcher, public Clock {
   }
   bool hasPtbHelpers(const gpu::Gpu* g) override { return spec(g).ptbHelpers; }
   uint64_t waveBlocks(const gpu::Gpu* g, CUfunction f, const gpu::LaunchShape&) override {
+    if (onOccupancyQuery) onOccupancyQuery();
     auto it = blocksPerSm_.find(f);
     return f == nullptr || it == blocksPerSm_.end() ? 0 : uint64_t(std::max(it->second, 0)) * spec(g).sms;
   }

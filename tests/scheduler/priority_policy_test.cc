@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <fstream>
 
 #include "server/scheduler/passthrough_policy.h"
@@ -211,6 +212,27 @@ TEST_F(PriorityPolicyTest, AnHpStreamThatMovedGetsItsOldMarkBeforeNewWork) {
   ASSERT_EQ(fake.writes.size(), 2u);
   EXPECT_EQ(fake.writes[1].first, hp.stream);
   EXPECT_EQ(fake.writes[0].second, fake.writes[1].second);  // one slot, one word
+}
+
+TEST_F(PriorityPolicyTest, AnHpLaunchDoesNotWaitForABestEffortOccupancyQuery) {
+  // The first occupancy query of a kernel may load it lazily and wait for every running kernel;
+  // an HP launch meanwhile must not wait for the policy's lock.
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel hpKernel{function(1), nullptr, nullptr, "hp/k"};
+  std::future<CUresult> hpLaunch;
+  bool hpLaunchedDuringQuery = false;
+  fake.onOccupancyQuery = [&] {
+    if (hpLaunch.valid()) return;
+    hpLaunch = std::async(std::launch::async, [&] { return launch(hp, hpKernel); });
+    hpLaunchedDuringQuery = hpLaunch.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  };
+  ASSERT_EQ(launch(be, Kernel{function(2), nullptr, nullptr, "be/k"}), CUDA_SUCCESS);
+  ASSERT_TRUE(hpLaunch.valid());
+  EXPECT_EQ(hpLaunch.get(), CUDA_SUCCESS);  // if it was held, it got the lock after the query
+  EXPECT_TRUE(hpLaunchedDuringQuery);
+  EXPECT_EQ(launchesOf(hp).size(), 1u);
 }
 
 TEST_F(PriorityPolicyTest, WithoutTheGateNothingIsHeld) {
