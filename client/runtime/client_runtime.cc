@@ -1,7 +1,6 @@
 #include "client/runtime/client_runtime.h"
 
 #include "client/entry/per_thread_stream.h"
-
 #include "client/runtime/host_callback_words.h"
 #include "client/runtime/shared_memfd.h"
 #include "client/runtime/staging_ring.h"

@@ -10,6 +10,8 @@ namespace tally::server::scheduler {
 class ParameterPointers {
  public:
   explicit ParameterPointers(const KernelLaunch& k);
+  ParameterPointers(const ParameterPointers&) = delete;  // pointers_ may point into built_
+  ParameterPointers& operator=(const ParameterPointers&) = delete;
   void** get() { return pointers_; }
   gpu::KernelParams kernelParams() { return {pointers_, count_}; }
 
