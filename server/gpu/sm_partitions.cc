@@ -16,11 +16,16 @@ std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::
     spec.overlap = true;
     count = text.substr(0, colon);
   }
-  auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), spec.hpSms);
-  if (ec != std::errc() || end != count.data() + count.size() || spec.hpSms == 0) {
-    error = "SM partition '" + std::string(text) + "': expected off, N or N:overlap (N > 0 SMs for HP)";
+  const bool percent = !count.empty() && count.back() == '%';
+  if (percent) count.remove_suffix(1);
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), value);
+  if (ec != std::errc() || end != count.data() + count.size() || value == 0 || (percent && value >= 100)) {
+    error = "SM partition '" + std::string(text) +
+            "': expected off, N or P% with an optional :overlap (N > 0 SMs for HP, or 1-99 % of them)";
     return std::nullopt;
   }
+  (percent ? spec.hpPercent : spec.hpSms) = value;
   return spec;
 }
 
@@ -48,14 +53,15 @@ std::unique_ptr<SmPartitions> SmPartitions::create(CUdevice device, SmPartitionS
     return nullptr;
   }
   p->allSms_ = all.sm.smCount;
-  if (spec.hpSms >= all.sm.smCount) {
-    error = "HP partition of " + std::to_string(spec.hpSms) + " SMs leaves none of the device's " +
+  const unsigned hpSms = spec.hpSmsOf(all.sm.smCount);
+  if (hpSms >= all.sm.smCount) {
+    error = "HP partition of " + std::to_string(hpSms) + " SMs leaves none of the device's " +
             std::to_string(all.sm.smCount) + " for best-effort work";
     return nullptr;
   }
   CUdevResource hp{}, rest{};
   unsigned groups = 1;
-  if (CUresult r = cuDevSmResourceSplitByCount(&hp, &groups, &all, &rest, 0, spec.hpSms); r != CUDA_SUCCESS) {
+  if (CUresult r = cuDevSmResourceSplitByCount(&hp, &groups, &all, &rest, 0, hpSms); r != CUDA_SUCCESS) {
     error = driverError("cuDevSmResourceSplitByCount", r);
     return nullptr;
   }

@@ -6,6 +6,8 @@
 // the whole GPU and a partition at any point of its work (session/stream_table.h, place()).
 #pragma once
 
+#include <algorithm>
+
 #include <cuda.h>
 
 #include <cstddef>
@@ -27,13 +29,18 @@ inline constexpr size_t kPlacements = 3;
 inline size_t placementIndex(Placement p) { return static_cast<size_t>(p); }
 
 struct SmPartitionSpec {
-  unsigned hpSms = 0;    // SMs reserved for HP (rounded up by the driver to its granularity)
+  unsigned hpSms = 0;      // SMs reserved for HP (rounded up by the driver to its granularity) ...
+  unsigned hpPercent = 0;  // ... or this share of the device's SMs, when set ("30%")
+  unsigned hpSmsOf(unsigned deviceSms) const {
+    return hpPercent == 0 ? hpSms : std::max(1u, (deviceSms * hpPercent + 50) / 100);
+  }
   // HP's partition spans every SM (it only stops being time-sliced with BE's partition); BE
   // still gets the SMs hpSms leaves.
   bool overlap = false;
 };
 
-// "off" (nullopt, no error), "N" or "N:overlap"; nullopt with `error` for anything else.
+// "off" (nullopt, no error), "N", "P%" (1-99 % of the device's SMs), each optionally followed by
+// ":overlap"; nullopt with `error` for anything else.
 std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::string& error);
 
 class SmPartitions {

@@ -30,7 +30,7 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
   app.add_option("--hp-poll-us", f.hpPollMicros, "how long an HP tenant's session thread polls its socket before it sleeps, µs");
   app.add_option("--sm-partition", f.smPartition,
-                 "priority: off, N or N:overlap — N SMs for HP while HP and best-effort tenants are both active");
+                 "priority: off, N or P% (SMs for HP, or a share of them), optionally :overlap — while HP and best-effort tenants are both active");
   app.add_option("--partition-idle-ms", f.partitionIdleMillis, "priority: a class idle this long ends the SM split, ms");
   app.add_flag("--partition-control", f.partitionControl,
                "priority: split the SMs only while that serves HP better than sharing them (learned online)");

@@ -213,9 +213,14 @@ TEST_F(ConfigFile, SmPartitions) {
   EXPECT_EQ(config_.scheduler.partitionIdleMillis, 50);
   ASSERT_TRUE(load("priority_sm_partition = \"64:overlap\"\n")) << error_;
   EXPECT_TRUE(config_.scheduler.smPartition->overlap);
+  ASSERT_TRUE(load("priority_sm_partition = \"30%:overlap\"\n")) << error_;
+  EXPECT_EQ(config_.scheduler.smPartition->hpPercent, 30u);
+  EXPECT_TRUE(config_.scheduler.smPartition->overlap);
+  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(132), 40u);  // the H200's 40 of 132
+  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(2), 1u);      // never none
   ASSERT_TRUE(load("priority_sm_partition = \"off\"\n")) << error_;
   EXPECT_FALSE(config_.scheduler.smPartition);
-  for (const char* bad : {"\"40:wide\"", "\"0\"", "\"x\"", "\"-8\""}) {
+  for (const char* bad : {"\"40:wide\"", "\"0\"", "\"x\"", "\"-8\"", "\"0%\"", "\"100%\"", "\"%\"", "\"30%%\""}) {
     EXPECT_FALSE(load(std::string("priority_sm_partition = ") + bad + "\n")) << bad;
     EXPECT_NE(error_.find("priority_sm_partition"), std::string::npos) << error_;
   }
