@@ -74,6 +74,11 @@ std::pair<bool, std::vector<std::string>> FakeTallyd::helloDevices() {
   return {helloRestricts_, helloEntries_};
 }
 
+uint64_t FakeTallyd::lastMemsetStream() {
+  std::lock_guard lock(stateMutex_);
+  return lastMemsetStream_;
+}
+
 uint32_t FakeTallyd::lastAllocDevice() {
   std::lock_guard lock(stateMutex_);
   return lastAllocDevice_;
@@ -248,6 +253,7 @@ void FakeTallyd::record(wire::Call::Reader call) {
   std::lock_guard lock(stateMutex_);
   ++callsByKind_[call.which()];
   if (call.isMemAlloc()) lastAllocDevice_ = call.getMemAlloc().getDevice();
+  if (call.isMemset()) lastMemsetStream_ = call.getMemset().getStream();
   if (call.isHostFunc()) hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
   if (call.isLinkCreate()) lastLinkCreate_ = linkCreated(call.getLinkCreate());
   if (call.isLaunchKernel()) lastLaunchFunction_ = call.getLaunchKernel().getFunction();

@@ -98,6 +98,8 @@ class FakeTallyd {
   std::pair<bool, std::vector<std::string>> helloDevices();
   // The device of the last memAlloc call.
   uint32_t lastAllocDevice();
+  // The stream of the last memset call (0: none yet).
+  uint64_t lastMemsetStream();
   // The function handle of the last launchKernel call, and the handle the client chose for the
   // kernel `name` at its last moduleGetFunction (0: none yet).
   uint64_t lastLaunchFunction();
@@ -141,6 +143,7 @@ class FakeTallyd {
   bool helloRestricts_ = false;
   std::vector<std::string> helloEntries_;
   uint32_t lastAllocDevice_ = 0;
+  uint64_t lastMemsetStream_ = 0;
   uint64_t lastLaunchFunction_ = 0;
   std::vector<HostNodeWords> lastGraphLaunchHostNodes_;
   std::map<std::string, uint64_t> functionIds_;
