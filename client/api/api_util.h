@@ -36,6 +36,8 @@ inline uint32_t currentDevice() { return static_cast<uint32_t>(threadState().dev
 CUresult validDevice(int ordinal);
 CUresult synchronizeDevice();
 CUresult synchronizeDevice(uint32_t device);
+// cudaDeviceReset / cuDevicePrimaryCtxReset of `device` (client/api/device.cc).
+CUresult resetDevice(uint32_t device);
 
 // host_register.cc: cudaHostGetDevicePointer of registered memory (region `region` at `key`):
 // tallyd's device address of `host` when the pages are shared with it, else NotSupported.

@@ -135,7 +135,12 @@ TALLY_API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
 }
 
 TALLY_API CUresult cuDevicePrimaryCtxRelease(CUdevice device) { return validDevice(device); }
-TALLY_API CUresult cuDevicePrimaryCtxReset(CUdevice device) { return validDevice(device); }
+TALLY_API CUresult cuDevicePrimaryCtxReset(CUdevice device) {
+  return guardDriver(__func__, [&] {
+    CUresult r = validDevice(device);
+    return r == CUDA_SUCCESS ? resetDevice(static_cast<uint32_t>(device)) : r;
+  });
+}
 TALLY_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice device, unsigned int) { return validDevice(device); }
 
 TALLY_API CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags, int* active) {

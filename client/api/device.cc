@@ -27,6 +27,23 @@ CUresult synchronizeDevice(uint32_t device) {
   return ClientRuntime::get().sync([device](wire::Call::Builder c) { c.initDeviceSynchronize().setDevice(device); });
 }
 
+// Natively a reset destroys all of the process's state on the device. Here the device's work is
+// finished and the application's allocations on it are freed, so a program that resets to give
+// memory back (between phases, between test cases) gets its quota back in tallyd. Streams,
+// events, modules and graphs stay until the application exits: their handles are invalid after
+// a reset, so no correct program can tell; kernels stay launchable, as the runtime reloads
+// modules after a native reset.
+CUresult resetDevice(uint32_t device) {
+  if (CUresult r = synchronizeDevice(device); r != CUDA_SUCCESS) return r;
+  CUresult first = CUDA_SUCCESS;
+  for (const auto& [base, region] : ClientRuntime::get().allocationsOn(device)) {
+    CUresult r = region.streamOrdered ? cuMemFreeAsync(base, CU_STREAM_LEGACY) : cuMemFree_v2(base);
+    if (first == CUDA_SUCCESS) first = r;
+  }
+  CUresult synced = synchronizeDevice(device);  // the stream-ordered frees are done
+  return first != CUDA_SUCCESS ? first : synced;
+}
+
 }  // namespace tally::client
 
 namespace {
@@ -152,7 +169,7 @@ TALLY_API cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest
 TALLY_API cudaError_t cudaDeviceSynchronize() { return guardRuntime(__func__, [] { return synchronizeDevice(); }); }
 
 // A shared context cannot be reset for one tenant: wait for its work, keep its objects.
-TALLY_API cudaError_t cudaDeviceReset() { return guardRuntime(__func__, [] { return synchronizeDevice(); }); }
+TALLY_API cudaError_t cudaDeviceReset() { return guardRuntime(__func__, [] { return resetDevice(currentDevice()); }); }
 
 TALLY_API cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
   return guardRuntime(__func__, [&] { return setLimit(limit, value); });

@@ -59,7 +59,7 @@ CUresult openMemHandle(CUdeviceptr* out, const void* handle) {
   auto opened = reply.reply().getMemInfo();  // (address, size)
   *out = opened.getFree();
   std::lock_guard lock(opens().mutex);
-  if (opens().count[*out]++ == 0) rt().addDeviceRegion(*out, opened.getTotal(), currentDevice());
+  if (opens().count[*out]++ == 0) rt().addDeviceRegion(*out, {.size = opened.getTotal(), .device = currentDevice()});
   return CUDA_SUCCESS;
 }
 

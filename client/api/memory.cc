@@ -41,7 +41,7 @@ CUresult allocateDevice(CUdeviceptr* out, size_t size) {
   }, &reply);
   if (r != CUDA_SUCCESS) return r;
   *out = reply.reply().getValue();
-  rt().addDeviceRegion(*out, size, device);
+  rt().addDeviceRegion(*out, {.size = size, .device = device, .allocation = true});
   return CUDA_SUCCESS;
 }
 
@@ -59,7 +59,7 @@ CUresult allocatePitch(CUdeviceptr* out, size_t* pitch, size_t width, size_t hei
   if (r != CUDA_SUCCESS) return r;
   *out = reply.reply().getMemInfo().getFree();
   *pitch = reply.reply().getMemInfo().getTotal();
-  rt().addDeviceRegion(*out, *pitch * height, device);
+  rt().addDeviceRegion(*out, {.size = *pitch * height, .device = device, .allocation = true});
   return CUDA_SUCCESS;
 }
 

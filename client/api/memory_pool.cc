@@ -134,7 +134,7 @@ CUresult allocAsync(CUdeviceptr* out, size_t size, CUmemoryPool pool, CUstream s
   }, &reply);
   if (r != CUDA_SUCCESS) return r;
   *out = reply.reply().getValue();
-  rt().addDeviceRegion(*out, size, p->device, /*streamOrdered=*/true);
+  rt().addDeviceRegion(*out, {.size = size, .device = p->device, .streamOrdered = true, .allocation = true});
   return CUDA_SUCCESS;
 }
 

@@ -132,7 +132,7 @@ CUresult moduleGlobal(ModuleHandle* m, const char* name, CUdeviceptr* ptr, size_
   }, &reply);
   if (r != CUDA_SUCCESS) return r;
   auto global = reply.reply().getGlobal();
-  rt().addDeviceRegion(global.getPtr(), global.getSize(), m->device);
+  rt().addDeviceRegion(global.getPtr(), {.size = global.getSize(), .device = m->device});
   if (ptr != nullptr) *ptr = global.getPtr();
   if (bytes != nullptr) *bytes = global.getSize();
   return CUDA_SUCCESS;

@@ -163,7 +163,7 @@ CUresult map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocation
     m.setHandle(handle);
   });
   if (r != CUDA_SUCCESS) return r;
-  rt().addDeviceRegion(ptr, size, currentDevice());
+  rt().addDeviceRegion(ptr, {.size = size, .device = currentDevice()});
   allocationProperties().mapped(ptr, handle);
   return CUDA_SUCCESS;
 }

@@ -333,9 +333,18 @@ uint32_t ClientRuntime::streamDevice(CUstream stream) {
 
 // --- memory tables -----------------------------------------------------------------------
 
-void ClientRuntime::addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device, bool streamOrdered) {
+void ClientRuntime::addDeviceRegion(CUdeviceptr base, DeviceRegion region) {
   std::lock_guard lock(tablesMutex_);
-  deviceRegions_[base] = DeviceRegion{size, device, streamOrdered};
+  deviceRegions_[base] = region;
+}
+
+std::vector<std::pair<CUdeviceptr, DeviceRegion>> ClientRuntime::allocationsOn(uint32_t device) {
+  std::lock_guard lock(tablesMutex_);
+  std::vector<std::pair<CUdeviceptr, DeviceRegion>> out;
+  for (const auto& [base, region] : deviceRegions_) {
+    if (region.allocation && region.device == device) out.emplace_back(base, region);
+  }
+  return out;
 }
 
 bool ClientRuntime::removeDeviceRegion(CUdeviceptr base) {
@@ -660,7 +669,7 @@ CUresult ClientRuntime::variableAddress(VariableRecord* variable, uint32_t devic
   }, &reply);
   if (r != CUDA_SUCCESS) return r;
   out = variable->addresses[device] = reply.reply().getGlobal().getPtr();
-  addDeviceRegion(out, reply.reply().getGlobal().getSize(), device);
+  addDeviceRegion(out, {.size = reply.reply().getGlobal().getSize(), .device = device});
   return CUDA_SUCCESS;
 }
 

@@ -70,6 +70,9 @@ struct DeviceRegion {
   // From a memory pool (cudaMallocAsync and kin): the driver refuses stream memory operations
   // on such words, while tallyd's pooled backing of cudaMalloc must not make the others differ.
   bool streamOrdered = false;
+  // Made by cudaMalloc/cuMemAlloc (pitched too) or from a pool: what cudaDeviceReset frees;
+  // false for module globals, virtual-memory mappings and opened IPC handles.
+  bool allocation = false;
 };
 
 using CallBuilder = std::function<void(wire::Call::Builder)>;
@@ -135,7 +138,9 @@ class ClientRuntime {
   uint32_t streamDevice(CUstream stream);
 
   // --- memory tables ------------------------------------------------------------------
-  void addDeviceRegion(CUdeviceptr base, size_t size, uint32_t device, bool streamOrdered = false);
+  void addDeviceRegion(CUdeviceptr base, DeviceRegion region);
+  // The allocations (DeviceRegion::allocation) on `device`, by base.
+  std::vector<std::pair<CUdeviceptr, DeviceRegion>> allocationsOn(uint32_t device);
   bool removeDeviceRegion(CUdeviceptr base);
   std::optional<std::pair<CUdeviceptr, DeviceRegion>> findDeviceRegion(uint64_t address);
   void addHostRegion(const void* base, HostRegion region);
