@@ -4,7 +4,8 @@
 // the synchronization policy and memory synchronization domains shape how the GPU and the host
 // wait, so none reaches tallyd. The priority is the stream's own (set at creation); changing it
 // through an attribute answers NotSupported, logged. Attributes that are not valid for streams
-// answer CUDA_ERROR_INVALID_VALUE, as natively.
+// answer CUDA_ERROR_INVALID_VALUE, as natively. The _ptsz twins are the generated ones
+// (client/entry/per_thread_stream.h).
 #include "client/api/api_util.h"
 
 #include <cstring>
@@ -125,16 +126,6 @@ TALLY_API cudaError_t cudaStreamSetAttribute(cudaStream_t stream, cudaStreamAttr
 TALLY_API cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src) {
   return guardRuntime(__func__, [&] { return copyAttributes(dst, src); });
 }
-TALLY_API cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t stream, cudaStreamAttrID attr, cudaStreamAttrValue* value) {
-  return cudaStreamGetAttribute(perThreadDefault(stream), attr, value);
-}
-TALLY_API cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t stream, cudaStreamAttrID attr,
-                                                 const cudaStreamAttrValue* value) {
-  return cudaStreamSetAttribute(perThreadDefault(stream), attr, value);
-}
-TALLY_API cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src) {
-  return cudaStreamCopyAttributes(perThreadDefault(dst), perThreadDefault(src));
-}
 
 TALLY_API CUresult cuStreamGetAttribute(CUstream stream, CUstreamAttrID attr, CUstreamAttrValue* value) {
   return guardDriver(__func__, [&] { return getAttribute(stream, attr, value); });
@@ -144,13 +135,4 @@ TALLY_API CUresult cuStreamSetAttribute(CUstream stream, CUstreamAttrID attr, co
 }
 TALLY_API CUresult cuStreamCopyAttributes(CUstream dst, CUstream src) {
   return guardDriver(__func__, [&] { return copyAttributes(dst, src); });
-}
-TALLY_API CUresult cuStreamGetAttribute_ptsz(CUstream stream, CUstreamAttrID attr, CUstreamAttrValue* value) {
-  return cuStreamGetAttribute(perThreadDefault(stream), attr, value);
-}
-TALLY_API CUresult cuStreamSetAttribute_ptsz(CUstream stream, CUstreamAttrID attr, const CUstreamAttrValue* value) {
-  return cuStreamSetAttribute(perThreadDefault(stream), attr, value);
-}
-TALLY_API CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) {
-  return cuStreamCopyAttributes(perThreadDefault(dst), perThreadDefault(src));
 }

@@ -5,22 +5,6 @@
 
 namespace tally::server::scheduler {
 
-// Pointers to each parameter's bytes inside k.paramBuffer, as cuLaunchKernel takes them: the
-// ones the caller built (KernelLaunch::paramPointers), else made here.
-class ParameterPointers {
- public:
-  explicit ParameterPointers(const KernelLaunch& k);
-  ParameterPointers(const ParameterPointers&) = delete;  // pointers_ may point into built_
-  ParameterPointers& operator=(const ParameterPointers&) = delete;
-  void** get() { return pointers_; }
-  gpu::KernelParams kernelParams() { return {pointers_, count_}; }
-
- private:
-  std::vector<void*> built_;
-  void** pointers_;
-  size_t count_;
-};
-
 class PassthroughPolicy final : public Policy {
  public:
   explicit PassthroughPolicy(Launcher& launcher) : launcher_(launcher) {}

@@ -77,6 +77,22 @@ struct KernelLaunch {
   std::function<bool(CUstream& side, CUdeviceptr& control)> variantStreams;
 };
 
+// Pointers to each parameter's bytes inside k.paramBuffer, as cuLaunchKernel takes them: the
+// ones the caller built (KernelLaunch::paramPointers), else made here.
+class ParameterPointers {
+ public:
+  explicit ParameterPointers(const KernelLaunch& k);
+  ParameterPointers(const ParameterPointers&) = delete;  // pointers_ may point into built_
+  ParameterPointers& operator=(const ParameterPointers&) = delete;
+  void** get() { return pointers_; }
+  gpu::KernelParams kernelParams() { return {pointers_, count_}; }
+
+ private:
+  std::vector<void*> built_;
+  void** pointers_;
+  size_t count_;
+};
+
 // GPU work the scheduler cannot split or look into — a graph launch (its kernels run as
 // captured), a cuBLAS/cuDNN call — scheduled as one unit: a high-priority tenant's closes the
 // gate first, a best-effort tenant's waits its turn as one kernel would. `enqueue` issues it and

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "server/scheduler/passthrough_policy.h"
-
 namespace tally::server::scheduler {
 namespace {
 

@@ -4,7 +4,6 @@
 #include <random>
 #include <vector>
 
-#include "server/scheduler/passthrough_policy.h"
 
 namespace tally::server::scheduler {
 
