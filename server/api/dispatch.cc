@@ -284,8 +284,15 @@ std::string callName(wire::Call::Reader call) {
 std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
   ctx.setFaultEvidence(in.evidence);
-  if (in.evidence && (in.call.isLaunchKernel() || in.call.isGraphLaunch())) in.evidence->noteLaunch();
+  const bool launches = in.call.isLaunchKernel() || in.call.isGraphLaunch();
+  if (in.evidence && launches) in.evidence->noteLaunch();
   bool ok = dispatch(ctx, in.call);
+  // Where the kernels went, for the mark that proves them finished (not in a capture: the mark
+  // would be captured too).
+  if (session::StreamState* s = ctx.workStream(); in.evidence && launches && s != nullptr &&
+                                                  !in.tenant.streams().capturing(*s)) {
+    in.evidence->noteKernelOn(s->stream);
+  }
   // A one-way call's error reaches the tenant only as the deferred status of a later reply,
   // which no longer says what failed: the log does (once per reply, as only the first is kept).
   if (ctx.deferredError()) {

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace tally::server::gpu {
 
@@ -28,43 +29,21 @@ bool isStickyError(CUresult r) {
   }
 }
 
-// ---- evidence ----------------------------------------------------------------------------------
-
-void FaultEvidence::noteLaunch(Clock::time_point now) {
-  // Order: the window opens before the launch counts, so a reader never sees an unsettled launch
-  // without a start time.
-  if (!unsettled()) firstUnsettledNs_.store(now.time_since_epoch().count(), std::memory_order_release);
-  lastLaunchNs_.store(now.time_since_epoch().count(), std::memory_order_release);
-  launches_.fetch_add(1, std::memory_order_acq_rel);
-}
-
-void FaultEvidence::noteSettled(uint64_t sequence) {
-  uint64_t seen = settled_.load(std::memory_order_acquire);
-  while (seen < sequence && !settled_.compare_exchange_weak(seen, sequence, std::memory_order_acq_rel)) {
-  }
-}
-
-std::optional<FaultEvidence::Clock::time_point> FaultEvidence::unsettledSince() const {
-  if (!unsettled()) return std::nullopt;
-  return Clock::time_point(Clock::duration(firstUnsettledNs_.load(std::memory_order_acquire)));
-}
-
 Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants) {
   Suspicion s;
-  FaultEvidence::Clock::time_point oldest{}, runnerUp = FaultEvidence::Clock::time_point::max();
+  std::vector<std::pair<FaultEvidence::Clock::time_point, const FaultEvidence*>> all, running;
   for (const auto& t : tenants) {
     auto since = t->unsettledSince();
     if (!since) continue;
     s.suspects.emplace(t->tenant(), t->name());
-    if (!s.culprit || *since < oldest) {
-      if (s.culprit) runnerUp = oldest;
-      s.culprit = t->tenant();
-      oldest = *since;
-    } else {
-      runnerUp = std::min(runnerUp, *since);
-    }
+    all.emplace_back(*since, t.get());
+    if (t->kernelsMayRun()) running.emplace_back(*since, t.get());
   }
-  s.clear = s.culprit && (s.suspects.size() == 1 || runnerUp - oldest >= kClearMargin);
+  auto& pool = running.empty() ? all : running;
+  if (pool.empty()) return s;
+  std::sort(pool.begin(), pool.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  s.culprit = pool.front().second->tenant();
+  s.clear = pool.size() == 1 || pool[1].first - pool.front().first >= kClearMargin;
   return s;
 }
 
@@ -72,7 +51,46 @@ Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants
 
 FaultMonitor::FaultMonitor(Options options, std::vector<Gpu*> gpus, OnFault onFault)
     : options_(options), gpus_(std::move(gpus)), onFault_(std::move(onFault)) {
+  if (!gpus_.empty()) allocateMarkWords();
   thread_ = std::thread([this] { run(); });
+}
+
+// Kept for the life of the process: a tenant's last mark may still be on its way when the monitor
+// goes, and the words are small.
+void FaultMonitor::allocateMarkWords() {
+  // Portable and mapped: one address for every GPU's context (unified addressing).
+  const size_t bytes = kMarkBlock * kMarkBlocks * sizeof(uint32_t);
+  void* host = nullptr;
+  CUdeviceptr device = 0;
+  cuCtxPushCurrent(gpus_.front()->context());
+  CUresult r = cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+  if (r == CUDA_SUCCESS) r = cuMemHostGetDevicePointer(&device, host, 0);
+  CUcontext popped = nullptr;
+  cuCtxPopCurrent(&popped);
+  if (r != CUDA_SUCCESS) {
+    spdlog::warn("fault monitor: no mapped words for kernel marks ({}); a fault's blame rests on timing alone",
+                 describe(r));
+    if (host != nullptr) cuMemFreeHost(host);
+    return;
+  }
+  std::memset(host, 0, bytes);
+  markHost_ = static_cast<uint32_t*>(host);
+  markDevice_ = device;
+  markBlockUsed_.assign(kMarkBlocks, false);
+}
+
+MarkWords FaultMonitor::takeMarkBlock(uint64_t tenant) {
+  for (size_t b = 0; b < markBlockUsed_.size(); ++b) {
+    if (markBlockUsed_[b]) continue;
+    markBlockUsed_[b] = true;
+    markBlockOf_[tenant] = b;
+    return MarkWords{markHost_ + b * kMarkBlock, markDevice_ + b * kMarkBlock * sizeof(uint32_t), kMarkBlock};
+  }
+  return {};
+}
+
+CUresult FaultMonitor::writeMark(CUstream stream, CUdeviceptr address, uint32_t value) {
+  return cuStreamWriteValue32(stream, address, value, CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
 FaultMonitor::~FaultMonitor() {
@@ -87,13 +105,21 @@ FaultMonitor::~FaultMonitor() {
 std::shared_ptr<FaultEvidence> FaultMonitor::enroll(uint64_t tenant, const std::string& name) {
   auto evidence = std::make_shared<FaultEvidence>(tenant, name);
   std::lock_guard lock(mutex_);
+  evidence->attachMarks(takeMarkBlock(tenant), shared_);
   tenants_[tenant] = evidence;
+  shared_->store(tenants_.size() > 1, std::memory_order_relaxed);
   return evidence;
 }
 
 void FaultMonitor::leave(uint64_t tenant) {
   std::lock_guard lock(mutex_);
   tenants_.erase(tenant);
+  shared_->store(tenants_.size() > 1, std::memory_order_relaxed);
+  // Its streams were synchronized before it left: no mark of its can still land in the block.
+  if (auto it = markBlockOf_.find(tenant); it != markBlockOf_.end()) {
+    markBlockUsed_[it->second] = false;
+    markBlockOf_.erase(it);
+  }
 }
 
 CUresult FaultMonitor::statusFor(uint64_t tenant, CUresult status) {

@@ -13,6 +13,8 @@
 // shared context; a reset waits for running kernels, only a new process ends them).
 #pragma once
 
+#include "server/gpu/fault_evidence.h"
+
 #include <cuda.h>
 
 #include <atomic>
@@ -38,38 +40,6 @@ inline constexpr CUresult kContextResetError = CUDA_ERROR_CONTEXT_IS_DESTROYED;
 // Errors after which the context is unusable for every tenant.
 bool isStickyError(CUresult r);
 
-// What one tenant has on the GPU, as far as a fault verdict needs to know: launches it queued,
-// and how many of them a completed (successful) sync has covered. Written by the tenant's
-// thread and its completion callbacks; read by the monitor.
-class FaultEvidence {
- public:
-  using Clock = std::chrono::steady_clock;
-  FaultEvidence(uint64_t tenant, std::string name) : tenant_(tenant), name_(std::move(name)) {}
-
-  void noteLaunch(Clock::time_point now = Clock::now());
-  // The sequence a completion watch covers: every launch noted so far.
-  uint64_t launchesSoFar() const { return launches_.load(std::memory_order_acquire); }
-  // A watch that covered `sequence` launches completed without error.
-  void noteSettled(uint64_t sequence);
-  // Launches not yet covered by a completed sync; and since when (nullopt: none).
-  bool unsettled() const { return settled_.load(std::memory_order_acquire) < launches_.load(std::memory_order_acquire); }
-  std::optional<Clock::time_point> unsettledSince() const;
-  Clock::time_point lastLaunch() const {
-    return Clock::time_point(Clock::duration(lastLaunchNs_.load(std::memory_order_acquire)));
-  }
-
-  uint64_t tenant() const { return tenant_; }
-  const std::string& name() const { return name_; }
-
- private:
-  uint64_t tenant_;
-  std::string name_;
-  std::atomic<uint64_t> launches_{0};
-  std::atomic<uint64_t> settled_{0};
-  std::atomic<int64_t> firstUnsettledNs_{0};  // 0: nothing unsettled
-  std::atomic<int64_t> lastLaunchNs_{0};
-};
-
 struct FaultVerdict {
   CUresult code = CUDA_SUCCESS;                   // the native error the culprit sees
   std::map<uint64_t, std::string> culprits;      // tenant id -> name: the one blamed, or none
@@ -83,17 +53,21 @@ struct FaultVerdict {
 
 // Which tenant faulted, from the evidence. The driver does not say which stream faulted (every
 // call of the process returns the same sticky error), so this is an inference, unit-tested:
-// suspects are the tenants with work the GPU had not finished; of several, the one whose work has
-// been unfinished longest. Measured on the H200 (tests/gpu/fault_recovery.sh): the driver reports
-// the fault 8 ms (assert) to 150 ms (illegal address) after the faulting launch, and until then
-// the other tenants' syncs keep completing, so their unfinished windows are younger. A bystander
-// whose own kernels run longer than that delay can be blamed instead. Empty: no tenant had work.
+// suspects are the tenants with work the GPU had not finished. A kernel faults only while it
+// runs, so a suspect whose kernels the GPU had all passed (its marks written: fault_evidence.h)
+// is blamed only when no suspect's kernels may still run. Of several, the one whose work has been
+// unfinished longest is blamed. Measured on the H200 (tests/gpu/fault_recovery.sh): the driver
+// reports the fault 8 ms (assert) to 150 ms (illegal address) after the faulting launch, and
+// until then the other tenants' syncs keep completing, so their unfinished windows are younger.
+// A bystander whose kernel ran alongside the faulting one and started earlier is blamed instead.
+// Empty: no tenant had work.
 struct Suspicion {
   std::optional<uint64_t> culprit;
   std::map<uint64_t, std::string> suspects;  // every tenant with unfinished work, culprit included
-  // The culprit was the only suspect, or its work had been unfinished kClearMargin longer than any
-  // other's. An illegal address stops every tenant's work at once, so a bystander that launched
-  // in the same instant looks alike: such a blame is not counted towards a quarantine.
+  // The culprit was the only suspect whose kernels may have run, or its work had been unfinished
+  // kClearMargin longer than any other such suspect's. An illegal address stops every tenant's
+  // work at once, so a bystander that launched in the same instant looks alike: such a blame is
+  // not counted towards a quarantine.
   bool clear = false;
 };
 inline constexpr std::chrono::milliseconds kClearMargin{1};
@@ -112,8 +86,11 @@ class FaultMonitor {
   FaultMonitor(const FaultMonitor&) = delete;
   FaultMonitor& operator=(const FaultMonitor&) = delete;
 
+  // A tenant's evidence, with kernel marks while the mapped words last.
   std::shared_ptr<FaultEvidence> enroll(uint64_t tenant, const std::string& name);
   void leave(uint64_t tenant);
+  // Queues a kernel mark (fault_evidence.h) with the driver, on the caller's current context.
+  static CUresult writeMark(CUstream stream, CUdeviceptr address, uint32_t value);
 
   // The status to report to `tenant` for a driver result: a sticky error first declares the
   // fault (once); afterwards culprits get the native error and everybody else kContextResetError.
@@ -127,6 +104,16 @@ class FaultMonitor {
   void run();
   void probeGpus();
   void checkTimeouts();
+  void allocateMarkWords();
+  MarkWords takeMarkBlock(uint64_t tenant);  // under mutex_; empty when none is left
+
+  // Mapped words for kernel marks: kMarkBlock per tenant, kMarkBlocks tenants.
+  static constexpr size_t kMarkBlock = 16, kMarkBlocks = 512;
+  uint32_t* markHost_ = nullptr;
+  CUdeviceptr markDevice_ = 0;
+  std::map<uint64_t, size_t> markBlockOf_;  // tenant -> block
+  std::vector<bool> markBlockUsed_;
+  std::shared_ptr<std::atomic<bool>> shared_ = std::make_shared<std::atomic<bool>>(false);
 
   Options options_;
   std::vector<Gpu*> gpus_;

@@ -288,6 +288,7 @@ bool Session::serve(frame::StreamReader& reader) {
 
 void Session::endOfBurst() {
   if (services_.policy != nullptr) services_.policy->endOfBurst(tenantId_);
+  if (faultEvidence_) faultEvidence_->writeMarks(gpu::FaultMonitor::writeMark);
 }
 
 // Holds the next call back while the tenant is over its max_calls_per_second.

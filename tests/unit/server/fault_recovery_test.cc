@@ -87,6 +87,114 @@ TEST(Suspicion, NobodyWhenNoTenantHadWork) {
   EXPECT_FALSE(gpu::suspicionOf({idle}).culprit.has_value());
 }
 
+// Kernel marks without a GPU: the test plays the GPU by storing into the words.
+struct MarkedTenant {
+  std::vector<uint32_t> words;
+  std::shared_ptr<std::atomic<bool>> shared = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<FaultEvidence> evidence;
+  std::vector<std::pair<CUdeviceptr, uint32_t>> written;  // what the writer queued
+  CUresult writeResult = CUDA_SUCCESS;
+  gpu::MarkWriter writer = [this](CUstream, CUdeviceptr address, uint32_t value) {
+    written.emplace_back(address, value);
+    return writeResult;
+  };
+
+  MarkedTenant(uint64_t id, const char* name, size_t streams = 4) : words(streams, 0) {
+    evidence = std::make_shared<FaultEvidence>(id, name);
+    evidence->attachMarks(gpu::MarkWords{words.data(), reinterpret_cast<CUdeviceptr>(words.data()), words.size()}, shared);
+  }
+  void launchOn(uintptr_t stream, FaultEvidence::Clock::time_point at) {
+    evidence->noteLaunch(at);
+    evidence->noteKernelOn(reinterpret_cast<CUstream>(stream));
+  }
+  void gpuPassesQueuedMarks() {
+    for (auto [address, value] : written) *reinterpret_cast<uint32_t*>(address) = value;
+  }
+};
+
+TEST(KernelMarks, AKernelMayRunUntilTheGpuPassesTheMarkAfterIt) {
+  MarkedTenant t(1, "a");
+  t.launchOn(1, FaultEvidence::Clock::now());
+  EXPECT_TRUE(t.evidence->kernelsMayRun());  // queued, no mark yet
+  t.evidence->writeMarks(t.writer);
+  ASSERT_EQ(t.written.size(), 1u);
+  EXPECT_TRUE(t.evidence->kernelsMayRun());  // marked, not yet passed
+  t.gpuPassesQueuedMarks();
+  EXPECT_FALSE(t.evidence->kernelsMayRun());
+  EXPECT_TRUE(t.evidence->unsettled());  // still unfinished work: a copy after it, say
+  t.evidence->writeMarks(t.writer);
+  EXPECT_EQ(t.written.size(), 1u);  // nothing new to mark
+}
+
+TEST(KernelMarks, OneMarkPerStreamPerBurst) {
+  MarkedTenant t(1, "a");
+  auto now = FaultEvidence::Clock::now();
+  t.launchOn(1, now);
+  t.launchOn(1, now);
+  t.launchOn(2, now);
+  t.evidence->writeMarks(t.writer);
+  ASSERT_EQ(t.written.size(), 2u);
+  EXPECT_NE(t.written[0].first, t.written[1].first);  // a word per stream: they finish in any order
+  *reinterpret_cast<uint32_t*>(t.written[0].first) = t.written[0].second;
+  EXPECT_TRUE(t.evidence->kernelsMayRun());  // the other stream's mark is not passed
+}
+
+TEST(KernelMarks, AloneOrUnmarkableKernelsMayRunUntilASyncSettlesThem) {
+  MarkedTenant alone(1, "alone");
+  alone.shared->store(false);
+  alone.launchOn(1, FaultEvidence::Clock::now());
+  alone.evidence->writeMarks(alone.writer);
+  EXPECT_TRUE(alone.written.empty());  // a tenant alone pays nothing
+  EXPECT_TRUE(alone.evidence->kernelsMayRun());
+  alone.evidence->noteSettled(alone.evidence->launchesSoFar());
+  EXPECT_FALSE(alone.evidence->kernelsMayRun());
+
+  MarkedTenant failing(2, "failing");
+  failing.writeResult = CUDA_ERROR_INVALID_HANDLE;
+  failing.launchOn(1, FaultEvidence::Clock::now());
+  failing.evidence->writeMarks(failing.writer);
+  failing.gpuPassesQueuedMarks();  // even if a word happened to read so
+  EXPECT_TRUE(failing.evidence->kernelsMayRun());
+
+  MarkedTenant oneWord(3, "one word", 1);
+  oneWord.launchOn(1, FaultEvidence::Clock::now());
+  oneWord.launchOn(2, FaultEvidence::Clock::now());  // no word left for a second stream
+  oneWord.evidence->writeMarks(oneWord.writer);
+  oneWord.gpuPassesQueuedMarks();
+  EXPECT_TRUE(oneWord.evidence->kernelsMayRun());
+  oneWord.evidence->noteSettled(oneWord.evidence->launchesSoFar());
+  oneWord.launchOn(2, FaultEvidence::Clock::now());  // the word passed its mark: stream 2 takes it
+  oneWord.evidence->writeMarks(oneWord.writer);
+  oneWord.gpuPassesQueuedMarks();
+  EXPECT_FALSE(oneWord.evidence->kernelsMayRun());
+}
+
+// The misses of tests/gpu/fault_recovery.sh: a bystander's sync window opened just before the
+// faulting launch, but its kernel had finished; the faulting kernel's mark is never passed.
+TEST(Suspicion, ABystanderWhoseKernelsFinishedIsNotBlamed) {
+  auto t0 = FaultEvidence::Clock::now();
+  MarkedTenant bystander(1, "bystander"), faulty(2, "faulty");
+  bystander.launchOn(1, t0);
+  bystander.evidence->writeMarks(bystander.writer);  // then a copy back: its burst ended
+  bystander.gpuPassesQueuedMarks();
+  faulty.launchOn(1, t0 + 80us);
+  faulty.evidence->writeMarks(faulty.writer);  // then a sync, which never completes
+  auto s = gpu::suspicionOf({bystander.evidence, faulty.evidence});
+  EXPECT_EQ(s.culprit, std::optional<uint64_t>(2));
+  EXPECT_EQ(s.suspects.size(), 2u);  // both are told about, one is blamed
+  EXPECT_TRUE(s.clear);
+
+  // Without marks the older window is blamed, and the blame is not clear.
+  bystander.shared->store(false);
+  MarkedTenant unmarked(3, "unmarked");
+  unmarked.shared->store(false);
+  unmarked.launchOn(1, t0 + 80us);
+  bystander.launchOn(1, t0 + 90us);
+  auto u = gpu::suspicionOf({bystander.evidence, unmarked.evidence});
+  EXPECT_EQ(u.culprit, std::optional<uint64_t>(1));
+  EXPECT_FALSE(u.clear);
+}
+
 TEST(StickyErrors, KernelFaultsAreStickyApiErrorsAreNot) {
   EXPECT_TRUE(gpu::isStickyError(CUDA_ERROR_ASSERT));
   EXPECT_TRUE(gpu::isStickyError(CUDA_ERROR_ILLEGAL_ADDRESS));
