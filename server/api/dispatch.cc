@@ -285,7 +285,12 @@ std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
   ctx.setFaultEvidence(in.evidence);
   const bool launches = in.call.isLaunchKernel() || in.call.isGraphLaunch();
-  if (in.evidence && launches) in.evidence->noteLaunch();
+  if (in.evidence && launches) {
+    in.evidence->noteLaunch();
+    // Kernels and graphs are told apart by the top bit: their handles are counted separately.
+    in.evidence->noteCode(in.call.isLaunchKernel() ? in.call.getLaunchKernel().getFunction()
+                                                   : in.call.getGraphLaunch().getExec() | (uint64_t{1} << 63));
+  }
   bool ok = dispatch(ctx, in.call);
   // Where the kernels went, for the mark that proves them finished (not in a capture: the mark
   // would be captured too).

@@ -1,5 +1,7 @@
 #include "server/gpu/fault_evidence.h"
 
+#include <algorithm>
+
 namespace tally::server::gpu {
 
 void FaultEvidence::noteLaunch(Clock::time_point now) {
@@ -14,6 +16,29 @@ void FaultEvidence::noteSettled(uint64_t sequence) {
   uint64_t seen = settled_.load(std::memory_order_acquire);
   while (seen < sequence && !settled_.compare_exchange_weak(seen, sequence, std::memory_order_acq_rel)) {
   }
+  std::lock_guard lock(codeMutex_);
+  auto proven = std::find_if(unsettledCode_.begin(), unsettledCode_.end(), [&](const auto& c) { return c.first > sequence; });
+  for (auto it = unsettledCode_.begin(); it != proven; ++it) provenCode_.insert(it->second);
+  unsettledCode_.erase(unsettledCode_.begin(), proven);
+  if (unsettledCode_.empty()) codeOverflow_ = false;
+}
+
+void FaultEvidence::noteCode(uint64_t code) {
+  // Bounded: a tenant that queues thousands of launches between syncs is not worth listing.
+  constexpr size_t kMaxListed = 256;
+  std::lock_guard lock(codeMutex_);
+  if (unsettledCode_.size() >= kMaxListed) {
+    codeOverflow_ = true;
+    return;
+  }
+  unsettledCode_.emplace_back(launchesSoFar(), code);
+}
+
+bool FaultEvidence::runsUnprovenCode() const {
+  std::lock_guard lock(codeMutex_);
+  if (codeOverflow_) return true;
+  return std::any_of(unsettledCode_.begin(), unsettledCode_.end(),
+                     [&](const auto& c) { return provenCode_.count(c.second) == 0; });
 }
 
 std::optional<FaultEvidence::Clock::time_point> FaultEvidence::unsettledSince() const {

@@ -7,7 +7,10 @@
 //     host memory. A kernel can fault only while it runs, and a mark the GPU has written proves
 //     the kernels before it ran to the end. Host memory stays readable after the context is lost,
 //     which is when a verdict reads it. Marks are written only while the GPU is shared (a lone
-//     tenant needs no evidence against others), so a tenant alone pays nothing for them.
+//     tenant needs no evidence against others), so a tenant alone pays nothing for them;
+//   - which code (kernel or executable graph) each unsettled launch runs, and which code of the
+//     tenant a completed sync has already proven: when two tenants' kernels were on the GPU
+//     together, the one running code never seen to finish is the likelier culprit.
 #pragma once
 
 #include <cuda.h>
@@ -20,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace tally::server::gpu {
@@ -49,6 +53,11 @@ class FaultEvidence {
   Clock::time_point lastLaunch() const {
     return Clock::time_point(Clock::duration(lastLaunchNs_.load(std::memory_order_acquire)));
   }
+
+  // The launch just noted runs `code` (the tenant's handle of a kernel or executable graph).
+  void noteCode(uint64_t code);
+  // An unsettled launch runs code that no completed sync of this tenant has covered yet.
+  bool runsUnprovenCode() const;
 
   // ---- kernel marks (the tenant's thread; kernelsMayRun from anywhere) ----
   // `words`: this tenant's block; `shared`: true while more than one tenant uses the GPUs.
@@ -80,6 +89,11 @@ class FaultEvidence {
   std::atomic<uint64_t> settled_{0};
   std::atomic<int64_t> firstUnsettledNs_{0};  // 0: nothing unsettled
   std::atomic<int64_t> lastLaunchNs_{0};
+
+  mutable std::mutex codeMutex_;  // the tenant's thread, its completions, a verdict
+  std::vector<std::pair<uint64_t, uint64_t>> unsettledCode_;  // (launch sequence, code)
+  std::unordered_set<uint64_t> provenCode_;
+  bool codeOverflow_ = false;  // too many unsettled launches to list: unknown code in flight
 
   mutable std::mutex marksMutex_;  // the tenant's thread, and a verdict: never contended in practice
   MarkWords words_;

@@ -44,6 +44,14 @@ Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants
   std::sort(pool.begin(), pool.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   s.culprit = pool.front().second->tenant();
   s.clear = pool.size() == 1 || pool[1].first - pool.front().first >= kClearMargin;
+  if (s.clear) return s;
+  // Work that started together: of those, the one running code never seen to finish, if only
+  // one does (still not a clear blame).
+  std::vector<const FaultEvidence*> unproven;
+  for (const auto& [since, t] : pool) {
+    if (since - pool.front().first < kClearMargin && t->runsUnprovenCode()) unproven.push_back(t);
+  }
+  if (unproven.size() == 1) s.culprit = unproven.front()->tenant();
   return s;
 }
 
@@ -165,8 +173,10 @@ void FaultMonitor::declare(CUresult code, std::optional<uint64_t> culprit, const
         auto it = tenants_.find(id);
         if (it != tenants_.end() && it->second->unsettledSince()) {
           auto ms = [&](FaultEvidence::Clock::time_point t) { return std::chrono::duration<double, std::milli>(now - t).count(); };
-          names += fmt::format("; work unfinished for {:.2f} ms, last launch {:.2f} ms ago", ms(*it->second->unsettledSince()),
-                               ms(it->second->lastLaunch()));
+          names += fmt::format("; work unfinished for {:.2f} ms, last launch {:.2f} ms ago, {}{}",
+                               ms(*it->second->unsettledSince()), ms(it->second->lastLaunch()),
+                               it->second->kernelsMayRun() ? "its kernels may have been running" : "its kernels had finished",
+                               it->second->runsUnprovenCode() ? ", code not yet seen to finish" : "");
         }
         names += ")";
       }

@@ -59,8 +59,11 @@ struct FaultVerdict {
 // unfinished longest is blamed. Measured on the H200 (tests/gpu/fault_recovery.sh): the driver
 // reports the fault 8 ms (assert) to 150 ms (illegal address) after the faulting launch, and
 // until then the other tenants' syncs keep completing, so their unfinished windows are younger.
-// A bystander whose kernel ran alongside the faulting one and started earlier is blamed instead.
-// Empty: no tenant had work.
+// When several suspects' work started within kClearMargin of each other (kernels of both were on
+// the GPU when it stopped), the one running code that none of its completed syncs has covered
+// yet is blamed, if only one is: code that finished before is the less likely culprit. Measured
+// there: such ties happen when a bystander's long kernel is running as another tenant's kernel
+// faults. Empty: no tenant had work.
 struct Suspicion {
   std::optional<uint64_t> culprit;
   std::map<uint64_t, std::string> suspects;  // every tenant with unfinished work, culprit included

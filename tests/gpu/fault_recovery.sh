@@ -10,7 +10,8 @@
 # third tenant keeps tallyd's memory pool alive). After: tallyd is the same process (it starts over
 # by exec), with as many threads and descriptors as before, and GPU memory back to where it was.
 #
-#   tests/gpu/fault_recovery.sh <build dir>     (FAULT_ROUNDS=20 by default; OUT=<dir> keeps results)
+#   tests/gpu/fault_recovery.sh <build dir>     (FAULT_ROUNDS=20 by default; OUT=<dir> keeps results;
+#                                                FAULT_KINDS="assert illegal hang" by default, in turn)
 # Exit: 0 all passed, 1 a check failed, 77 no GPU visible (skip).
 set -uo pipefail
 [[ $# -eq 1 && -d $1 ]] || { echo "usage: $0 <build dir>" >&2; exit 2; }
@@ -113,10 +114,10 @@ kill -TERM "$holder" 2>/dev/null; wait "$holder" 2>/dev/null  # timeout(1) passe
 sleep 1
 
 # ---- the rounds
-kinds=(assert illegal hang)
+read -r -a kinds <<<"${FAULT_KINDS:-assert illegal hang}"
 declare -A native=([assert]=cudaErrorAssert [illegal]=cudaErrorIllegalAddress [hang]=cudaErrorLaunchTimeout)
 for round in $(seq 1 "$ROUNDS"); do
-  kind=${kinds[$(((round - 1) % 3))]}
+  kind=${kinds[$(((round - 1) % ${#kinds[@]}))]}
   run=$TMPD/runs/r$round
   tenant "busy-a-$round" busy "$run.busy-a.out" & a=$!
   tenant "busy-b-$round" busy "$run.busy-b.out" & b=$!

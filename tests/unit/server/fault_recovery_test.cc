@@ -195,6 +195,52 @@ TEST(Suspicion, ABystanderWhoseKernelsFinishedIsNotBlamed) {
   EXPECT_FALSE(u.clear);
 }
 
+TEST(FaultEvidence, CodeIsProvenByACompletedSyncThatCoveredIt) {
+  FaultEvidence e(1, "a");
+  e.noteLaunch();
+  e.noteCode(5);
+  EXPECT_TRUE(e.runsUnprovenCode());
+  uint64_t covered = e.launchesSoFar();
+  e.noteLaunch();
+  e.noteCode(6);  // after the sync was issued
+  e.noteSettled(covered);
+  EXPECT_TRUE(e.runsUnprovenCode());  // 6 is still unproven
+  e.noteSettled(e.launchesSoFar());
+  EXPECT_FALSE(e.runsUnprovenCode());
+  e.noteLaunch();
+  e.noteCode(5);  // proven before
+  e.noteLaunch();
+  e.noteCode(6);
+  EXPECT_FALSE(e.runsUnprovenCode());
+}
+
+// The misses seen on the H200: a bystander's 2 ms kernel had started 20-100 µs before another
+// tenant's kernel faulted; both were running when the context stopped, so no mark tells them
+// apart. The bystander's kernels had finished in earlier rounds; the faulting one never had.
+TEST(Suspicion, OfWorkStartedTogetherTheCodeNeverSeenToFinishIsBlamed) {
+  auto t0 = FaultEvidence::Clock::now();
+  auto bystander = std::make_shared<FaultEvidence>(1, "bystander");
+  auto faulty = std::make_shared<FaultEvidence>(2, "faulty");
+  bystander->noteLaunch(t0 - 10ms);
+  bystander->noteCode(7);
+  bystander->noteSettled(bystander->launchesSoFar());  // an earlier round
+  bystander->noteLaunch(t0);
+  bystander->noteCode(7);
+  faulty->noteLaunch(t0 + 50us);
+  faulty->noteCode(7);  // same handle value, another tenant's kernel: proven only for its own
+  auto s = gpu::suspicionOf({bystander, faulty});
+  EXPECT_EQ(s.culprit, std::optional<uint64_t>(2));
+  EXPECT_FALSE(s.clear);  // an inference, not counted towards a quarantine
+
+  // Work started far apart: the older is blamed whatever its code.
+  auto late = std::make_shared<FaultEvidence>(3, "late");
+  late->noteLaunch(t0 + 5ms);
+  late->noteCode(1);
+  auto apart = gpu::suspicionOf({bystander, late});
+  EXPECT_EQ(apart.culprit, std::optional<uint64_t>(1));
+  EXPECT_TRUE(apart.clear);
+}
+
 TEST(StickyErrors, KernelFaultsAreStickyApiErrorsAreNot) {
   EXPECT_TRUE(gpu::isStickyError(CUDA_ERROR_ASSERT));
   EXPECT_TRUE(gpu::isStickyError(CUDA_ERROR_ILLEGAL_ADDRESS));
