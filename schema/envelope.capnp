@@ -40,6 +40,8 @@ struct Hello {
   cudaRuntimeVersion @6 :Int32;   # CUDART_VERSION the client was built against
   restrictDevices @7 :Bool;       # CUDA_VISIBLE_DEVICES is set (false: every GPU of tallyd)
   visibleDevices @8 :List(Text);  # its entries, split at commas: ordinals or GPU UUIDs
+  sharedRingBytes @9 :UInt32;     # UDS: the Hello carries a ring file (common/frame/shared_ring.h)
+                                  # with two rings of this many bytes; 0: none
 }
 
 struct Welcome {
@@ -51,6 +53,7 @@ struct Welcome {
   devices @5 :List(Device.DeviceInfo);
   sharedHostMemory @6 :Bool;      # server maps client pinned memory passed as memfd (UDS only)
   refusalStatus @7 :Int32;        # accepted = false: the CUresult the client reports (0: no device)
+  sharedRing @8 :Bool;            # the ring file is mapped: every later frame goes through it
 }
 
 struct Call {

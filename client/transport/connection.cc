@@ -37,7 +37,7 @@ ReplyMessage::ReplyMessage(kj::Array<capnp::word> words) : words_(std::move(word
 wire::Reply::Reader ReplyMessage::reply() { return reader_->getRoot<wire::ServerMessage>().getReply(); }
 
 Connection::Connection(int fd, std::string endpointText)
-    : fd_(fd), endpointText_(std::move(endpointText)), reader_(fd) {}
+    : fd_(fd), endpointText_(std::move(endpointText)), out_{fd, nullptr}, reader_(fd) {}
 
 Connection::~Connection() {
   {
@@ -46,6 +46,7 @@ Connection::~Connection() {
   }
   batchPending_.notify_all();
   if (flusher_.joinable()) flusher_.join();
+  if (out_.ring != nullptr) out_.ring->close();
   ::shutdown(fd_, SHUT_RDWR);
   if (receiver_.joinable()) receiver_.join();
   ::close(fd_);
@@ -100,7 +101,11 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
     if (fd < 0) return nullptr;
   }
   std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString()));
-  if (!c->handshake(tenantName, priority, error)) {
+  // A shared ring spares a Unix-socket tenant every system call of a call's trip while both sides
+  // poll (TALLY_SHARED_RING=0: the socket only).
+  const char* ringEnv = std::getenv("TALLY_SHARED_RING");
+  const bool offerRing = endpoint.kind == address::Endpoint::Kind::kUnix && !(ringEnv != nullptr && std::string(ringEnv) == "0");
+  if (!c->handshake(tenantName, priority, offerRing, error)) {
     if (refusal != nullptr) *refusal = c->refusalStatus_;
     return nullptr;
   }
@@ -116,7 +121,8 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
   return c;
 }
 
-bool Connection::handshake(const std::string& tenantName, wire::PriorityClass priority, std::string& error) {
+bool Connection::handshake(const std::string& tenantName, wire::PriorityClass priority, bool offerRing,
+                           std::string& error) {
   capnp::MallocMessageBuilder message;
   auto hello = message.initRoot<wire::ClientMessage>().initHello();
   hello.setProtocolVersion(wire::PROTOCOL_VERSION);
@@ -147,7 +153,16 @@ bool Connection::handshake(const std::string& tenantName, wire::PriorityClass pr
   if (const char* token = std::getenv("TALLY_TOKEN")) {
     hello.setAuthToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(token), std::strlen(token)));
   }
-  if (CUresult r = send(message); r != CUDA_SUCCESS) {
+  if (offerRing) {
+    std::string why;
+    rings_ = frame::SharedRings::create(frame::SharedRings::kDefaultCapacity, fd_, why);
+    if (rings_) {
+      hello.setSharedRingBytes(static_cast<uint32_t>(rings_->capacity()));
+    } else {
+      spdlog::warn("tally: no shared ring with tallyd ({}); calls go through the socket", why);
+    }
+  }
+  if (CUresult r = send(message, {}, rings_ ? rings_->fd() : -1); r != CUDA_SUCCESS) {
     error = "cannot send the handshake to tallyd at " + endpointText_;
     return false;
   }
@@ -171,6 +186,12 @@ bool Connection::handshake(const std::string& tenantName, wire::PriorityClass pr
     error = "tallyd at " + endpointText_ + " refused the connection: " + std::string(welcome.getError().cStr());
     return false;
   }
+  if (rings_ && welcome.getSharedRing()) {
+    reader_.useRing(&rings_->toClient());
+    out_.ring = &rings_->toServer();
+  } else {
+    rings_.reset();
+  }
   return true;
 }
 
@@ -187,7 +208,7 @@ constexpr unsigned kEagerPosts = 32;
 
 CUresult Connection::writeLocked(std::span<const iovec> parts) {
   for (const iovec& part : parts) bytesSent_.fetch_add(part.iov_len, std::memory_order_relaxed);
-  frame::IoStatus status = frame::writeAll(fd_, parts);
+  frame::IoStatus status = frame::writeAll(out_, parts);
   lastWrite_ = std::chrono::steady_clock::now();
   if (!status.ok) {
     fail(status.error);
@@ -221,7 +242,7 @@ CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec>
   eagerPosts_ = kEagerPosts;
   if (fd < 0) return writeFrameLocked(words, bulk);
   // A descriptor rides only with our own messages (no application bytes that could fault).
-  frame::IoStatus status = frame::writeFrame(fd_, words, bulk, fd);
+  frame::IoStatus status = frame::writeFrame(out_, words, bulk, fd);
   lastWrite_ = std::chrono::steady_clock::now();
   if (!status.ok) {
     fail(status.error);
@@ -233,13 +254,13 @@ CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec>
 namespace {
 
 // `bytes` zeros, written from one zeroed block.
-frame::IoStatus writeZeros(int fd, size_t bytes) {
+frame::IoStatus writeZeros(const frame::Channel& out, size_t bytes) {
   static const std::vector<char> zeros(64u << 10, 0);
   std::vector<iovec> parts;
   for (size_t left = bytes; left > 0; left -= std::min(left, zeros.size())) {
     parts.push_back({const_cast<char*>(zeros.data()), std::min(left, zeros.size())});
   }
-  return frame::writeAll(fd, parts);
+  return frame::writeAll(out, parts);
 }
 
 }  // namespace
@@ -257,7 +278,8 @@ CUresult Connection::writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std
   const size_t headBytes = parts[0].iov_len + parts[1].iov_len;
   parts.insert(parts.end(), bulk.begin(), bulk.end());
   int error = 0;
-  size_t sentBytes = frame::sendCounting(fd_, parts, error);
+  // Parts 0 and 1 are ours; the bulk is the application's (copyIn: EFAULT, not a signal).
+  size_t sentBytes = frame::sendCounting(out_, parts, error, 2, host_memory::copyIn);
   bytesSent_.fetch_add(sentBytes, std::memory_order_relaxed);
   lastWrite_ = std::chrono::steady_clock::now();
   if (error == 0) return CUDA_SUCCESS;
@@ -265,7 +287,7 @@ CUresult Connection::writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std
     spdlog::error("tally: the bulk bytes of a call ({} bytes) could not be read from host memory (the application "
                   "unmapped or protected it); the call fails with CUDA_ERROR_INVALID_VALUE", bulkBytes);
     if (sentBytes == 0) return CUDA_ERROR_INVALID_VALUE;  // nothing of the frame went out
-    frame::IoStatus padded = writeZeros(fd_, headBytes + bulkBytes - sentBytes);
+    frame::IoStatus padded = writeZeros(out_, headBytes + bulkBytes - sentBytes);
     if (padded.ok) return CUDA_ERROR_INVALID_VALUE;
     fail(padded.error);
     return lostStatus();
@@ -439,10 +461,6 @@ bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) 
 namespace {
 constexpr auto kReceiverLinger = std::chrono::microseconds(50);
 
-bool readableNow(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
-}
 }  // namespace
 
 void Connection::receive() {
@@ -453,14 +471,15 @@ void Connection::receive() {
     bool ready = false;
     auto until = std::chrono::steady_clock::now() + kReceiverLinger;
     while (!ready && pollers_.load() == 0 && std::chrono::steady_clock::now() < until) {
-      ready = readableNow(fd_);  // whoever held the reader lock left nothing buffered
+      ready = dataWaiting();  // whoever held the reader lock left nothing buffered
       if (!ready) __builtin_ia32_pause();
     }
     if (!ready && pollers_.load() != 0) continue;
-    // Wait without the reader lock: a thread waiting for its reply may read meanwhile.
-    pollfd p{fd_, POLLIN, -1};
-    if (!ready && ::poll(&p, 1, -1) < 0 && errno != EINTR) {
-      return fail(fmt::format("poll failed: {}", std::strerror(errno)));
+    // Wait without the reader lock: a thread waiting for its reply may read meanwhile. A ring's
+    // wait ends when the peer is gone too; reading then says so.
+    if (!ready && !reader_.waitUntilReadable()) {
+      return fail(reader_.usesRing() ? std::string("tallyd closed the connection")
+                                     : fmt::format("poll failed: {}", std::strerror(errno)));
     }
     std::lock_guard lock(readerMutex_);
     if (broken_.load()) return;
@@ -469,7 +488,7 @@ void Connection::receive() {
 }
 
 bool Connection::routeWhatArrived(frame::IncomingFrame& frame) {
-  while (reader_.hasBuffered() || readableNow(fd_)) {
+  while (dataWaiting()) {
     if (!readAndRoute(frame)) return false;
   }
   return true;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "common/address/address.h"
+#include "common/frame/shared_ring.h"
 #include "common/frame/socket_io.h"
 #include "schema/envelope.capnp.h"
 
@@ -127,7 +128,9 @@ class Connection {
   CUresult flushLocked();
   void runFlusher();
   static int startTls(const address::Endpoint& endpoint, int fd, std::string& error);
-  bool handshake(const std::string& tenantName, wire::PriorityClass priority, std::string& error);
+  bool handshake(const std::string& tenantName, wire::PriorityClass priority, bool offerRing, std::string& error);
+  // Bytes waiting to be read (buffered, in the ring or in the socket); reader lock not needed.
+  bool dataWaiting() const { return reader_.readableNow(); }
   void receive();
   // Reads and routes one frame (reader lock held); false once the connection failed.
   bool readAndRoute(frame::IncomingFrame& frame);
@@ -143,6 +146,8 @@ class Connection {
 
   int fd_;
   std::string endpointText_;
+  std::unique_ptr<frame::SharedRings> rings_;  // UDS, when tallyd accepted them
+  frame::Channel out_;                         // where frames go: the socket or rings_->toServer()
   frame::StreamReader reader_;
   kj::Array<capnp::word> welcomeWords_;
   std::unique_ptr<capnp::FlatArrayMessageReader> welcome_;

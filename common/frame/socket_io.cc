@@ -1,5 +1,7 @@
 #include "common/frame/socket_io.h"
 
+#include "common/frame/shared_ring.h"
+
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -23,6 +25,7 @@ StreamReader::~StreamReader() {
 }
 
 int StreamReader::takeFd() {
+  if (fds_.empty() && ring_ != nullptr) receiveRingDescriptors();
   if (fds_.empty()) return -1;
   int fd = fds_.front();
   fds_.pop_front();
@@ -93,7 +96,62 @@ IoStatus StreamReader::queueDescriptors(msghdr& msg) {
   return {};
 }
 
+// With a ring, the socket carries descriptors only, one byte each; they were sent before the
+// frame that takes them entered the ring, so they are here without waiting.
+void StreamReader::receiveRingDescriptors() {
+  char bytes[kMaxFdsPerRead];
+  char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerRead)];
+  iovec iov{bytes, 1};  // one descriptor per byte: never read past the one we need
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  if (::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) > 0) (void)queueDescriptors(msg);
+}
+
+bool StreamReader::readableNow() const {
+  if (hasBuffered()) return true;
+  if (ring_ != nullptr) return ring_->readable() > 0 || ring_->closedByWriter();
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+bool StreamReader::waitUntilReadable() {
+  if (hasBuffered()) return true;
+  if (ring_ != nullptr) return ring_->waitReadable(std::chrono::microseconds(0), deadline_);
+  pollfd p{fd_, POLLIN, -1};
+  return ::poll(&p, 1, -1) >= 0 || errno == EINTR;
+}
+
+IoStatus StreamReader::refillFromRing() {
+  if (ring_->readable() == 0 && !ring_->waitReadable(std::chrono::microseconds(spinMicros_), deadline_)) {
+    timedOut_ = errno == ETIMEDOUT;
+    if (!timedOut_) return IoStatus{false, true, "peer closed the connection"};
+    return receiveError("ring read");
+  }
+  size_t n = ring_->read(buffer_.data(), buffer_.size());
+  if (n == 0) return IoStatus{false, true, "peer closed the connection"};  // closed, and drained
+  begin_ = 0;
+  end_ = n;
+  return {};
+}
+
+IoStatus StreamReader::readRingDirect(char* dst, size_t size) {
+  for (size_t done = 0; done < size;) {
+    if (ring_->readable() == 0 && !ring_->waitReadable(std::chrono::microseconds(spinMicros_), deadline_)) {
+      timedOut_ = errno == ETIMEDOUT;
+      return IoStatus::failure(fmt::format("peer gone mid-frame after {} of {} bytes", done, size));
+    }
+    size_t n = ring_->read(dst + done, size - done);
+    if (n == 0) return IoStatus::failure(fmt::format("peer closed mid-frame after {} of {} bytes", done, size));
+    done += n;
+  }
+  return {};
+}
+
 IoStatus StreamReader::refill() {
+  if (ring_ != nullptr) return refillFromRing();
   char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerRead)];
   iovec iov{buffer_.data(), buffer_.size()};
   msghdr msg{};
@@ -116,6 +174,7 @@ IoStatus StreamReader::read(void* dst, size_t size) {
   while (done < size) {
     if (begin_ == end_) {
       // Large remainders bypass the buffer (descriptors only accompany small frames).
+      if (size - done >= buffer_.size() && ring_ != nullptr) return readRingDirect(out + done, size - done);
       if (size - done >= buffer_.size()) {
         ssize_t n = waitReadable() ? ::recv(fd_, out + done, size - done, 0) : -1;
         if (n > 0) {

@@ -16,6 +16,8 @@
 
 namespace tally::frame {
 
+class ByteRing;
+
 // Result of an I/O helper: ok, or the reason (errno text, "peer closed", limit violation).
 struct IoStatus {
   bool ok = true;
@@ -46,6 +48,11 @@ class StreamReader {
     timedOut_ = false;
   }
 
+  // From now on bytes come from `ring` (shared_ring.h); the socket carries only descriptors,
+  // one byte each. Nothing may be buffered from the socket when this is called.
+  void useRing(ByteRing* ring) { ring_ = ring; }
+  bool usesRing() const { return ring_ != nullptr; }
+
   IoStatus read(void* dst, size_t size);
   IoStatus skip(size_t size);
   // The oldest received descriptor, or -1. The caller owns it.
@@ -53,6 +60,10 @@ class StreamReader {
   int fd() const { return fd_; }
   // Bytes received but not yet read: a frame may be waiting that no poll of the socket shows.
   bool hasBuffered() const { return end_ > begin_; }
+  // Bytes that a read would get without waiting: buffered, in the ring, or (no ring) in the socket.
+  bool readableNow() const;
+  // Blocks until readableNow(), the peer is gone, or the deadline passed (false).
+  bool waitUntilReadable();
 
  private:
   IoStatus refill();
@@ -63,7 +74,11 @@ class StreamReader {
   // Queues the SCM_RIGHTS descriptors of `msg`; an error once the queue would exceed its cap
   // (the extra descriptors are closed).
   IoStatus queueDescriptors(msghdr& msg);
+  IoStatus refillFromRing();
+  IoStatus readRingDirect(char* dst, size_t size);
+  void receiveRingDescriptors();
   unsigned spinMicros_ = 0;
+  ByteRing* ring_ = nullptr;
   std::optional<Clock::time_point> deadline_;
   bool timedOut_ = false;  // the last failed receive ran into the deadline
 

@@ -42,11 +42,7 @@ struct StatusView {
 
 CUresult CallContext::reported(CUresult status) { return StatusView{services_.faults, tenant_.id()}(status); }
 
-bool CallContext::moreCallsWaiting() const {
-  if (reader_.hasBuffered()) return true;
-  pollfd p{reader_.fd(), POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
-}
+bool CallContext::moreCallsWaiting() const { return reader_.readableNow(); }
 
 void CallContext::finish(CUresult status, const ReplyFiller& fill) {
   if (override_ != CUDA_SUCCESS) status = override_;

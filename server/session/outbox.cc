@@ -20,7 +20,7 @@ namespace {
 constexpr timeval kSendTimeout{5, 0};
 }  // namespace
 
-Outbox::Outbox(int fd) : fd_(fd) {
+Outbox::Outbox(int fd) : fd_(fd), out_{fd, nullptr} {
   ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &kSendTimeout, sizeof(kSendTimeout));
   writer_ = std::thread([this] { run(); });
 }
@@ -41,7 +41,9 @@ void Outbox::close() {
 
 void Outbox::write(Item& item) {
   if (failed_) return;
-  frame::IoStatus status = frame::writeFrame(fd_, item.message, item.bulk);
+  // A ring has no SO_SNDTIMEO: the same limit, as a deadline.
+  auto deadline = frame::ByteRing::Clock::now() + std::chrono::seconds(kSendTimeout.tv_sec);
+  frame::IoStatus status = frame::writeFrame(out_, item.message, item.bulk, -1, deadline);
   if (!status.ok) {
     failed_ = true;
     spdlog::debug("outbox: {}", status.error);
@@ -64,6 +66,13 @@ void Outbox::send(capnp::MessageBuilder& message, std::vector<iovec> bulk, std::
   wake_.notify_one();
 }
 
+void Outbox::useRing(std::shared_ptr<frame::SharedRings> rings) {
+  std::unique_lock lock(mutex_);
+  drained_.wait(lock, [&] { return (queue_.empty() && !writerBusy_) || failed_; });
+  rings_ = std::move(rings);
+  out_.ring = &rings_->toClient();
+}
+
 bool Outbox::drain(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   return drained_.wait_for(lock, timeout, [&] { return (queue_.empty() && !writerBusy_) || failed_; });
@@ -73,7 +82,10 @@ void Outbox::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [&] { return closing_ || !queue_.empty(); });
-    if (queue_.empty() && closing_) return;
+    if (queue_.empty() && closing_) {
+      if (out_.ring != nullptr) out_.ring->close();  // the client reads the rest, then end-of-stream
+      return;
+    }
     Item item = std::move(queue_.front());
     queue_.pop_front();
     writerBusy_ = true;

@@ -4,6 +4,8 @@
 // outbox's writer thread, so a slow client never stalls the completion thread of a GPU.
 #pragma once
 
+#include "common/frame/shared_ring.h"
+
 #include <capnp/message.h>
 #include <kj/array.h>
 #include <sys/uio.h>
@@ -30,7 +32,9 @@ class Outbox {
 
   // Sends `message` followed by `bulk` (kept alive by `keepalive` until written).
   void send(capnp::MessageBuilder& message, std::vector<iovec> bulk = {}, std::shared_ptr<void> keepalive = {});
-  // Stops the writer; later sends are dropped.
+  // Once what was sent so far is written, later frames go through `rings` (their toClient ring).
+  void useRing(std::shared_ptr<frame::SharedRings> rings);
+  // Stops the writer; later sends are dropped. A ring is closed once the queue is written.
   void close();
   // Waits until everything sent so far is written (or failed), at most `timeout`; true if it was.
   bool drain(std::chrono::milliseconds timeout);
@@ -51,6 +55,8 @@ class Outbox {
   void run();
 
   int fd_;
+  std::shared_ptr<frame::SharedRings> rings_;
+  frame::Channel out_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable drained_;

@@ -155,7 +155,7 @@ bool Session::handshake(frame::StreamReader& reader) {
     return false;
   }
   try {
-    return greet(frame);
+    return greet(frame, reader);
   } catch (const kj::Exception& e) {
     spdlog::warn("handshake with {} failed: malformed Hello: {}", peer_.description, e.getDescription().cStr());
     return false;
@@ -173,7 +173,20 @@ std::vector<gpu::Gpu*> Session::gpusFor(wire::Hello::Reader hello, bool& repeate
   return out;
 }
 
-bool Session::greet(frame::IncomingFrame& frame) {
+bool Session::adoptRings(wire::Hello::Reader hello, frame::StreamReader& reader) {
+  if (hello.getSharedRingBytes() == 0 || !peer_.unixSocket) return false;
+  std::string why;
+  std::shared_ptr<frame::SharedRings> rings = frame::SharedRings::adopt(reader.takeFd(), hello.getSharedRingBytes(), fd_, why);
+  if (!rings) {
+    spdlog::warn("tenant {} ({}): its shared ring is not used ({}); its calls go through the socket", tenantId_,
+                 tenant_->name(), why);
+    return false;
+  }
+  rings_ = std::move(rings);
+  return true;
+}
+
+bool Session::greet(frame::IncomingFrame& frame, frame::StreamReader& reader) {
   auto message = frame.message().getRoot<wire::ClientMessage>();
   if (!message.isHello() || frame.bulkBytes() != 0) {
     refuse("the first message must be Hello");
@@ -237,7 +250,14 @@ bool Session::greet(frame::IncomingFrame& frame) {
   welcome.setDriverVersion(driverVersion);
   welcome.setSharedHostMemory(peer_.unixSocket);
   describeDevices(welcome, gpus);
+  const bool ring = adoptRings(hello, reader);
+  welcome.setSharedRing(ring);
   outbox_->send(reply);
+  // The Welcome went through the socket; everything after it goes through the ring.
+  if (ring) {
+    outbox_->useRing(rings_);
+    reader.useRing(&rings_->toServer());
+  }
   return true;
 }
 
@@ -282,7 +302,9 @@ bool Session::serve(frame::StreamReader& reader) {
       spdlog::warn("tenant {} ({}) dropped: {} bulk bytes no call asked for", tenantId_, tenant_->name(), bulkLeft);
       return false;
     }
-    if (!reader.hasBuffered()) endOfBurst();  // this thread is about to wait for the client
+    // This thread is about to wait for the client (socket bytes not yet received are not seen;
+    // a ring's are, at no cost).
+    if (reader.usesRing() ? !reader.readableNow() : !reader.hasBuffered()) endOfBurst();
   }
 }
 

@@ -63,7 +63,9 @@ class Session : public std::enable_shared_from_this<Session> {
   };
 
   bool handshake(frame::StreamReader& reader);
-  bool greet(frame::IncomingFrame& frame);
+  bool greet(frame::IncomingFrame& frame, frame::StreamReader& reader);
+  // The client's ring file (common/frame/shared_ring.h), mapped; false: the socket it is.
+  bool adoptRings(wire::Hello::Reader hello, frame::StreamReader& reader);
   // tallyd's GPUs this client's CUDA_VISIBLE_DEVICES selects, in its order.
   // The GPUs the tenant's CUDA_VISIBLE_DEVICES selects; `repeated`: it named one twice (invalid).
   std::vector<gpu::Gpu*> gpusFor(wire::Hello::Reader hello, bool& repeated) const;
@@ -86,6 +88,7 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t tenantId_;
   const std::atomic<bool>& draining_;
   std::shared_ptr<Outbox> outbox_;
+  std::shared_ptr<frame::SharedRings> rings_;  // null: the tenant's frames use the socket
   std::unique_ptr<Tenant> tenant_;
   std::shared_ptr<gpu::FaultEvidence> faultEvidence_;
   CallRateLimit rateLimit_{0};
