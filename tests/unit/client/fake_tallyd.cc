@@ -31,7 +31,7 @@ std::vector<char> framed(capnp::MessageBuilder& message, size_t bulkBytes = 0, c
 
 }  // namespace
 
-std::vector<char> FakeTallyd::welcome() {
+std::vector<char> FakeTallyd::welcome(bool sharedRing) {
   capnp::MallocMessageBuilder message;
   auto w = message.initRoot<wire::ServerMessage>().initWelcome();
   w.setAccepted(true);
@@ -39,6 +39,7 @@ std::vector<char> FakeTallyd::welcome() {
   w.setTenantId(1);
   w.setDriverVersion(13000);
   w.setSharedHostMemory(sharedHostMemory_.load());
+  w.setSharedRing(sharedRing);
   auto devices = w.initDevices(deviceCount_.load());
   for (unsigned i = 0; i < devices.size(); ++i) {
     auto device = devices[i];
@@ -277,7 +278,7 @@ void FakeTallyd::record(wire::Call::Reader call) {
 void FakeTallyd::write(const std::vector<char>& bytes) {
   std::lock_guard lock(writeMutex_);
   iovec part{const_cast<char*>(bytes.data()), bytes.size()};
-  frame::writeAll(clientFd_, std::span<const iovec>(&part, 1));
+  frame::writeAll(frame::Channel{clientFd_, rings_ ? &rings_->toClient() : nullptr}, std::span<const iovec>(&part, 1));
 }
 
 void FakeTallyd::sendHostFuncReady(uint64_t stream, uint64_t callback) {
@@ -312,7 +313,24 @@ bool FakeTallyd::handleFrame(FrameView& view) {
       helloRestricts_ = root.getHello().getRestrictDevices();
       for (auto e : root.getHello().getVisibleDevices()) helloEntries_.emplace_back(e.cStr());
     }
-    write(welcome());
+    // As tallyd over a Unix socket (shared host memory): the client's rings carry what follows.
+    std::unique_ptr<frame::SharedRings> rings;
+    if (uint32_t bytes = root.getHello().getSharedRingBytes(); bytes != 0) {
+      std::string why;
+      int fd = reader_->takeFd();
+      if (sharedHostMemory_) {
+        rings = frame::SharedRings::adopt(fd, bytes, clientFd_, why);
+      } else if (fd >= 0) {
+        ::close(fd);
+      }
+    }
+    write(welcome(rings != nullptr));
+    if (rings) {
+      ringsOffered_ = true;
+      reader_->useRing(&rings->toServer());
+      std::lock_guard lock(writeMutex_);
+      rings_ = std::move(rings);
+    }
     return true;
   }
   if (!view.bulk.empty() && std::all_of(view.bulk.begin(), view.bulk.end(), [](char c) { return c == 0; })) {

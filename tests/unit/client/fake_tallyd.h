@@ -16,6 +16,7 @@
 // another name: CUDA_ERROR_NOT_FOUND).
 #pragma once
 
+#include "common/frame/shared_ring.h"
 #include "schema/envelope.capnp.h"
 
 #include <atomic>
@@ -84,6 +85,8 @@ class FakeTallyd {
   // such memory write their 0xAB bytes into the mapping instead of sending them).
   void offerDevices(unsigned count) { deviceCount_ = count; }
   void offerSharedHostMemory(bool shared) { sharedHostMemory_ = shared; }
+  // The client's frames came through its shared rings (accepted with shared host memory).
+  bool usesSharedRings() const { return ringsOffered_.load(); }
   // Answer hostRegister with the client's own address as the device address (what tallyd does
   // when it maps the memory at the same address and the driver uses host pointers).
   void mapHostAtClientAddress(bool same) { sameHostAddress_ = same; }
@@ -117,7 +120,7 @@ class FakeTallyd {
   bool handleFrame(class FrameView& frame);
   void record(wire::Call::Reader call);
   void write(const std::vector<char>& bytes);
-  std::vector<char> welcome();
+  std::vector<char> welcome(bool sharedRing = false);
   // hostRegister/hostUnregister (with the client's descriptor) and copies into mapped memory.
   void hostMemoryCall(wire::Call::Reader call, wire::Reply::Builder reply);
 
@@ -137,6 +140,8 @@ class FakeTallyd {
   std::atomic<uint32_t> nextGraphNode_{0};
   std::atomic<unsigned> deviceCount_{1};
   std::atomic<bool> sharedHostMemory_{false};
+  std::unique_ptr<frame::SharedRings> rings_;  // writeMutex_: the client's, once accepted
+  std::atomic<bool> ringsOffered_{false};
   std::atomic<bool> sameHostAddress_{false};
   frame::StreamReader* reader_ = nullptr;
   std::vector<HostMapping> hostMappings_;
