@@ -43,6 +43,9 @@ CUresult checkHostRows(uint64_t address, size_t width, size_t pitch, size_t heig
     return access == HostAccess::kRead ? host_memory::readable(rows) : host_memory::writable(rows);
   };
   auto* base = reinterpret_cast<const char*>(address);
+  // A flat range: its first and last byte as two one-byte "rows" width - 1 apart, in one probe
+  // (one system call, two for a destination, instead of twice that on a small copy's path).
+  if (height == 1) return probe({base, 1, width - 1, width > 1 ? 2u : 1u}) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   bool ok = probe({base, 1, pitch, height}) && probe({base + (height - 1) * pitch + width - 1, 1, 1, 1});
   return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

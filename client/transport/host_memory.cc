@@ -66,9 +66,9 @@ Probe runProbes(const Rows& rows, bool writeBack) {
   if (rows.width == 0 || rows.height == 0) return Probe::kOk;
   if (wraps(rows)) return Probe::kFault;
   const pid_t self = ::getpid();
-  std::vector<char> values(IOV_MAX);
-  std::vector<iovec> batch;
-  batch.reserve(IOV_MAX);
+  // Kept per thread: a small copy's probe should not cost two allocations.
+  thread_local std::vector<char> values(IOV_MAX);
+  thread_local std::vector<iovec> batch;
   for (ProbeCursor cursor(rows); cursor.next(batch);) {
     iovec local{values.data(), batch.size()};
     ssize_t n = ::process_vm_readv(self, &local, 1, batch.data(), batch.size(), 0);

@@ -56,6 +56,19 @@ TEST(HostRows, NullUnreadableAndUnwritableHostMemoryAreInvalidValue) {
   ::munmap(readOnly, page);
 }
 
+TEST(HostRows, AFlatRangeIsRefusedWhenItsLastByteIsNotThere) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  auto* two = static_cast<char*>(::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ::mprotect(two + page, page, PROT_NONE);
+  auto at = [](const char* p) { return reinterpret_cast<uint64_t>(p); };
+  EXPECT_EQ(checkHostRows(at(two), page, page, 1, HostAccess::kWrite), CUDA_SUCCESS);
+  EXPECT_EQ(checkHostRows(at(two), page + 1, page + 1, 1, HostAccess::kWrite), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(checkHostRows(at(two + 10), page, page, 1, HostAccess::kRead), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(checkHostRows(at(two + page - 1), 1, 1, 1, HostAccess::kRead), CUDA_SUCCESS);  // one byte
+  EXPECT_EQ(checkHostRows(at(two + page), 1, 1, 1, HostAccess::kRead), CUDA_ERROR_INVALID_VALUE);
+  ::munmap(two, 2 * page);
+}
+
 TEST(MemsetShape, AcceptsOrdinaryMemsets) {
   EXPECT_EQ(checkMemsetShape({kDevice, 4, 1024, 1, 4096}), CUDA_SUCCESS);
   EXPECT_EQ(checkMemsetShape({kDevice, 1, 100, 10, 128}), CUDA_SUCCESS);
