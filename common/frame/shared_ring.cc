@@ -287,45 +287,16 @@ IoStatus writeAll(const Channel& channel, std::span<const iovec> parts) {
   return {};
 }
 
-namespace {
-// One byte on the socket carrying `fd` (SCM_RIGHTS).
-IoStatus sendDescriptor(int socketFd, int fd) {
-  char byte = 'F';
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&byte, 1};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  ssize_t n;
-  do {
-    n = ::sendmsg(socketFd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) return IoStatus::failure(fmt::format("sendmsg with descriptor failed: {}", std::strerror(errno)));
-  return {};
-}
-}  // namespace
-
 IoStatus writeFrame(const Channel& channel, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
                     int fdToSend, std::optional<ByteRing::Clock::time_point> deadline) {
   if (channel.ring == nullptr) return writeFrame(channel.fd, message, bulk, fdToSend);
-  if (fdToSend >= 0) {
-    if (IoStatus status = sendDescriptor(channel.fd, fdToSend); !status.ok) return status;
+  // One byte carries the descriptor, before the frame that takes it enters the ring.
+  const char byte = 'F';
+  if (fdToSend >= 0 && sendWithDescriptor(channel.fd, &byte, 1, fdToSend) != 1) {
+    return IoStatus::failure(fmt::format("sendmsg with descriptor failed: {}", std::strerror(errno)));
   }
-  size_t bulkBytes = 0;
-  for (const iovec& part : bulk) bulkBytes += part.iov_len;
-  FrameHeader header = makeHeader(message.size() * sizeof(capnp::word), bulkBytes);
-  std::vector<iovec> parts;
-  parts.reserve(2 + bulk.size());
-  parts.push_back({&header, sizeof(header)});
-  parts.push_back({const_cast<capnp::word*>(message.begin()), message.size() * sizeof(capnp::word)});
-  parts.insert(parts.end(), bulk.begin(), bulk.end());
+  FrameHeader header = makeHeader(message.size() * sizeof(capnp::word), bulkBytesOf(bulk));
+  std::vector<iovec> parts = frameParts(header, message, bulk);
   int error = 0;
   channel.ring->write(parts, error, SIZE_MAX, nullptr, deadline);
   if (error != 0) return IoStatus::failure(fmt::format("ring write failed: {}", std::strerror(error)));

@@ -269,23 +269,11 @@ void appendFrame(std::vector<char>& out, kj::ArrayPtr<const capnp::word> message
   out.insert(out.end(), m, m + message.size() * sizeof(capnp::word));
 }
 
-IoStatus writeFrame(int fd, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
-                    int fdToSend) {
-  size_t bulkBytes = 0;
-  for (const iovec& part : bulk) bulkBytes += part.iov_len;
-  FrameHeader header = makeHeader(message.size() * sizeof(capnp::word), bulkBytes);
-  std::vector<iovec> parts;
-  parts.reserve(2 + bulk.size());
-  parts.push_back({&header, sizeof(header)});
-  parts.push_back({const_cast<capnp::word*>(message.begin()), message.size() * sizeof(capnp::word)});
-  for (const iovec& part : bulk) parts.push_back(part);
-  if (fdToSend < 0) return writeAll(fd, parts);
-
-  // The descriptor rides on the header, sent alone; the rest follows.
+ssize_t sendWithDescriptor(int socketFd, const void* bytes, size_t size, int fd) {
   char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec first{&header, sizeof(header)};
+  iovec iov{const_cast<void*>(bytes), size};
   msghdr msg{};
-  msg.msg_iov = &first;
+  msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
@@ -293,11 +281,37 @@ IoStatus writeFrame(int fd, kj::ArrayPtr<const capnp::word> message, std::span<c
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fdToSend, sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
   ssize_t n;
   do {
-    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    n = ::sendmsg(socketFd, &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+std::vector<iovec> frameParts(const FrameHeader& header, kj::ArrayPtr<const capnp::word> message,
+                              std::span<const iovec> bulk) {
+  std::vector<iovec> parts;
+  parts.reserve(2 + bulk.size());
+  parts.push_back({const_cast<FrameHeader*>(&header), sizeof(header)});
+  parts.push_back({const_cast<capnp::word*>(message.begin()), message.size() * sizeof(capnp::word)});
+  parts.insert(parts.end(), bulk.begin(), bulk.end());
+  return parts;
+}
+
+size_t bulkBytesOf(std::span<const iovec> bulk) {
+  size_t bytes = 0;
+  for (const iovec& part : bulk) bytes += part.iov_len;
+  return bytes;
+}
+
+IoStatus writeFrame(int fd, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
+                    int fdToSend) {
+  FrameHeader header = makeHeader(message.size() * sizeof(capnp::word), bulkBytesOf(bulk));
+  std::vector<iovec> parts = frameParts(header, message, bulk);
+  if (fdToSend < 0) return writeAll(fd, parts);
+  // The descriptor rides on the header, sent alone; the rest follows.
+  ssize_t n = sendWithDescriptor(fd, &header, sizeof(header), fdToSend);
   if (n < 0) return IoStatus::failure(fmt::format("sendmsg with descriptor failed: {}", std::strerror(errno)));
   parts[0].iov_base = reinterpret_cast<char*>(&header) + n;
   parts[0].iov_len = sizeof(header) - static_cast<size_t>(n);

@@ -114,6 +114,13 @@ class IncomingFrame {
 // Appends header + message to `out` (for coalesced writes of small frames).
 void appendFrame(std::vector<char>& out, kj::ArrayPtr<const capnp::word> message, size_t bulkBytes);
 
+// Sends `size` bytes with `fd` as SCM_RIGHTS in one sendmsg: the bytes sent, or -1 (errno).
+ssize_t sendWithDescriptor(int socketFd, const void* bytes, size_t size, int fd);
+// The parts of one frame: `header` (which must outlive them), the message, the bulk.
+std::vector<iovec> frameParts(const FrameHeader& header, kj::ArrayPtr<const capnp::word> message,
+                              std::span<const iovec> bulk);
+size_t bulkBytesOf(std::span<const iovec> bulk);
+
 // Writes header + message + bulk with one sendmsg; `fdToSend` (>= 0) rides along as
 // SCM_RIGHTS on Unix sockets.
 IoStatus writeFrame(int fd, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
