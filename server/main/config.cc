@@ -245,7 +245,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   }
   static const std::set<std::string> kKnown = {"listen",         "admin_socket",      "log_level",
                                                "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
-                                               "max_bulk_bytes", "inline_wait_us",    "hp_inline_wait_us",    "poll_us",    "hp_poll_us",
+                                               "max_bulk_bytes", "inline_wait_us",    "hp_inline_wait_us",    "poll_us",    "hp_poll_us",    "shared_rings",
                                                "require_auth",   "tenant",            "transform",
                                                "cache_dir",      "library_dir",       "trace_calls",       "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
@@ -282,6 +282,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   config.highPriorityInlineWaitMicros = table["hp_inline_wait_us"].value_or(config.highPriorityInlineWaitMicros);
   config.pollMicros = table["poll_us"].value_or(config.pollMicros);
   config.highPriorityPollMicros = table["hp_poll_us"].value_or(config.highPriorityPollMicros);
+  config.sharedRings = table["shared_rings"].value_or(config.sharedRings);
   config.transform = table["transform"].value_or(config.transform);
   config.cacheDir = table["cache_dir"].value_or(config.cacheDir);
   config.libraryDir = table["library_dir"].value_or(config.libraryDir);

@@ -27,6 +27,8 @@ struct Config {
   unsigned highPriorityInlineWaitMicros = 2000;
   unsigned pollMicros = 50;
   unsigned highPriorityPollMicros = 20000;
+  // Unix-socket tenants' frames go through the shared rings they offer (common/frame/shared_ring.h).
+  bool sharedRings = true;
   // A peer that has not completed its Hello this long after connecting (TLS handshake
   // included) is dropped: an unauthenticated peer must not hold a thread for good.
   unsigned handshakeTimeoutMs = 5000;

@@ -222,6 +222,7 @@ int run(int argc, char** argv) {
   services.limits.maxBulkBytes = config.maxBulkBytes;
   services.pollMicros = config.pollMicros;
   services.highPriorityPollMicros = config.highPriorityPollMicros;
+  services.sharedRings = config.sharedRings;
   services.handshakeTimeoutMs = config.handshakeTimeoutMs;
   services.auth = config.auth;
   if (config.transform == "stress" && !gpus.empty()) {

@@ -175,6 +175,10 @@ std::vector<gpu::Gpu*> Session::gpusFor(wire::Hello::Reader hello, bool& repeate
 
 bool Session::adoptRings(wire::Hello::Reader hello, frame::StreamReader& reader) {
   if (hello.getSharedRingBytes() == 0 || !peer_.unixSocket) return false;
+  if (!services_.sharedRings) {
+    if (int fd = reader.takeFd(); fd >= 0) ::close(fd);  // shared_rings = false: the socket it is
+    return false;
+  }
   std::string why;
   std::shared_ptr<frame::SharedRings> rings = frame::SharedRings::adopt(reader.takeFd(), hello.getSharedRingBytes(), fd_, why);
   if (!rings) {

@@ -93,6 +93,12 @@ TEST_F(ConfigFile, DefaultsKeepTodaysBehaviour) {
   ASSERT_TRUE(load("poll_us = 10\n")) << error_;
   EXPECT_FALSE(config_.auth.requireAuth);
   EXPECT_TRUE(config_.auth.tenants.empty());
+  EXPECT_TRUE(config_.sharedRings);
+}
+
+TEST_F(ConfigFile, SharedRingsCanBeTurnedOff) {
+  ASSERT_TRUE(load("shared_rings = false\n")) << error_;
+  EXPECT_FALSE(config_.sharedRings);
 }
 
 TEST_F(ConfigFile, UidOnlyTenantDefaultsToAnyPriority) {
