@@ -70,8 +70,13 @@ FaultEvidence::MarkSlot* FaultEvidence::slotFor(CUstream stream) {
 }
 
 void FaultEvidence::noteKernelOn(CUstream stream) {
+  // A tenant alone pays one store per launch, not a lock (shared_ is set once, before launches).
+  if (!shared_ || !shared_->load(std::memory_order_relaxed)) {
+    unmarkedUpTo_.store(launchesSoFar(), std::memory_order_release);
+    return;
+  }
   std::lock_guard lock(marksMutex_);
-  MarkSlot* slot = shared_ && shared_->load(std::memory_order_relaxed) ? slotFor(stream) : nullptr;
+  MarkSlot* slot = slotFor(stream);
   if (slot == nullptr) {
     unmarkedUpTo_.store(launchesSoFar(), std::memory_order_release);
     return;
