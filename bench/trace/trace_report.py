@@ -4,13 +4,18 @@
 in microseconds. Both sides stamp CLOCK_MONOTONIC, so the files must come from one host.
 
 Stages (common/trace/call_trace.h):
+  client_in client enter -> send           the client's own work before the send (checks, packing)
   write     client send -> sent            the client's socket write
   to_server client send -> tallyd read      frame on the wire, tallyd's thread picks it up
   handle    tallyd read -> handled          decode, checks, driver submission
+  submit    tallyd read -> submitted        of which: up to the work queued on the GPU
+  gpu       tallyd submitted -> reply       of which: the GPU's part, until the reply is queued
   gpu_wait  tallyd handled -> reply         waiting for the GPU (completion) before answering
   to_client tallyd reply -> client replied  reply on the wire, the client's receiver thread
   wake      client replied -> woken         the calling thread resumes
+  client_out client woken -> returned       the client's own work after the wake-up
   total     client send -> woken
+  api_total client enter -> returned        the application's whole call
 
 Usage: trace_report.py CLIENT_TRACE TALLYD_TRACE [--json OUT]   |   trace_report.py --self-test
 """
@@ -18,9 +23,10 @@ import json
 import sys
 from collections import defaultdict
 
-STAGES = [("write", "send", "sent"), ("to_server", "send", "read"), ("handle", "read", "handled"),
+STAGES = [("client_in", "enter", "send"), ("write", "send", "sent"), ("to_server", "send", "read"),
+          ("handle", "read", "handled"), ("submit", "read", "submitted"), ("gpu", "submitted", "reply"),
           ("gpu_wait", "handled", "reply"), ("to_client", "reply", "replied"), ("wake", "replied", "woken"),
-          ("total", "send", "woken")]
+          ("client_out", "woken", "returned"), ("total", "send", "woken"), ("api_total", "enter", "returned")]
 
 
 def read_events(lines):

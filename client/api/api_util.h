@@ -3,6 +3,7 @@
 #pragma once
 
 #include "client/runtime/client_runtime.h"
+#include "common/trace/call_trace.h"
 
 #include <spdlog/spdlog.h>
 
@@ -14,6 +15,7 @@ namespace tally::client {
 // unwinding into the application's C code would abort it.
 template <typename Body>
 CUresult guardDriver(const char* api, Body&& body) {
+  trace::ApplicationCallScope traced;
   try {
     return body();
   } catch (const std::exception& e) {

@@ -257,9 +257,10 @@ CUresult copyDeviceToDevice(const Copy2D& c, uint64_t stream, bool sync) {
 bool isDevicePointer(uint64_t p) { return rt().findDeviceRegion(p).has_value(); }
 
 // Host memory the client allocated (cudaMallocHost) is known to be mapped; any other host
-// range has its edges probed (checkHostRows), so that a bad pointer gets an error code before
-// anything is sent. A hole inside it is caught where the bytes are touched: every copy of the
-// application's memory goes through the kernel (host_memory::copyIn/copyOut, sendCounting).
+// range it reads has its edges probed (checkHostRows), so that a bad pointer gets an error code
+// before anything is sent. A hole inside it is caught where the bytes are touched: every copy
+// of the application's memory goes through the kernel (host_memory::copyIn/copyOut,
+// sendCounting).
 CUresult checkHostSide(uint64_t address, size_t pitch, const Copy2D& c, HostAccess access) {
   if (hostRegionOf(address, c.extent(pitch))) return CUDA_SUCCESS;
   return checkHostRows(address, c.width, pitch, c.height, access);
@@ -269,7 +270,9 @@ CUresult checkHostSides(const Copy2D& c, cudaMemcpyKind kind) {
   if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost) {
     if (CUresult r = checkHostSide(c.src, c.srcPitch, c, HostAccess::kRead); r != CUDA_SUCCESS) return r;
   }
-  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost) {
+  // A device-to-host destination is not probed: its bytes only ever land through copyOut, which
+  // fails the copy on a bad page, and a probe would cost a small copy two system calls more.
+  if (kind == cudaMemcpyHostToHost) {
     if (CUresult r = checkHostSide(c.dst, c.dstPitch, c, HostAccess::kWrite); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;

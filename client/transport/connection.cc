@@ -337,6 +337,7 @@ CUresult Connection::startCall(PendingCall& pending, capnp::MessageBuilder& mess
   if (trace::callTraceEnabled()) {
     pending.kind = static_cast<int32_t>(message.getRoot<wire::ClientMessage>().getCalls()[0].which());
     trace::recordCall(tenantId_, pending.id, pending.kind, trace::Stage::kSend);
+    trace::noteRoundTrip(tenantId_, pending.id, pending.kind);
   }
   CUresult sent = send(message, bulk, fd);
   trace::recordCall(tenantId_, pending.id, pending.kind, trace::Stage::kSent);

@@ -1,5 +1,6 @@
 #include "client/transport/host_memory.h"
 
+#include <pthread.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -15,6 +16,19 @@ namespace tally::client::host_memory {
 namespace {
 
 constexpr size_t kPage = 4096;  // probing at 4 KiB also covers huge pages
+
+// process_vm_* name the process by pid; getpid() is a system call of its own in glibc, paid on
+// every small copy. Refreshed in a forked child.
+pid_t cachedPid = 0;
+
+pid_t self() {
+  static const bool registered = [] {
+    cachedPid = ::getpid();
+    return ::pthread_atfork(nullptr, nullptr, [] { cachedPid = ::getpid(); }) == 0;
+  }();
+  (void)registered;
+  return cachedPid;
+}
 
 // Walks the probe addresses (one byte at the start of each row and at each page boundary
 // inside it) in batches of IOV_MAX, so a range of any size needs no more than one batch.
@@ -65,17 +79,17 @@ enum class Probe { kOk, kFault, kUnavailable };
 Probe runProbes(const Rows& rows, bool writeBack) {
   if (rows.width == 0 || rows.height == 0) return Probe::kOk;
   if (wraps(rows)) return Probe::kFault;
-  const pid_t self = ::getpid();
+  const pid_t pid = self();
   // Kept per thread: a small copy's probe should not cost two allocations.
   thread_local std::vector<char> values(IOV_MAX);
   thread_local std::vector<iovec> batch;
   for (ProbeCursor cursor(rows); cursor.next(batch);) {
     iovec local{values.data(), batch.size()};
-    ssize_t n = ::process_vm_readv(self, &local, 1, batch.data(), batch.size(), 0);
+    ssize_t n = ::process_vm_readv(pid, &local, 1, batch.data(), batch.size(), 0);
     if (n < 0 && probeUnavailable(errno)) return Probe::kUnavailable;
     if (n != static_cast<ssize_t>(batch.size())) return Probe::kFault;
     if (!writeBack) continue;
-    n = ::process_vm_writev(self, &local, 1, batch.data(), batch.size(), 0);
+    n = ::process_vm_writev(pid, &local, 1, batch.data(), batch.size(), 0);
     if (n < 0 && probeUnavailable(errno)) return Probe::kUnavailable;
     if (n != static_cast<ssize_t>(batch.size())) return Probe::kFault;
   }
@@ -93,13 +107,13 @@ namespace {
 // memcpy through the kernel: the side named `remote` may be the application's memory, and a
 // fault there is an error, not a signal. Costs about what memcpy does.
 bool kernelCopy(char* dst, const char* src, size_t size, bool remoteIsDestination) {
-  const pid_t self = ::getpid();
+  const pid_t pid = self();
   size_t done = 0;
   while (done < size) {
     iovec to{dst + done, size - done};
     iovec from{const_cast<char*>(src) + done, size - done};
-    ssize_t n = remoteIsDestination ? ::process_vm_writev(self, &from, 1, &to, 1, 0)
-                                    : ::process_vm_readv(self, &to, 1, &from, 1, 0);
+    ssize_t n = remoteIsDestination ? ::process_vm_writev(pid, &from, 1, &to, 1, 0)
+                                    : ::process_vm_readv(pid, &to, 1, &from, 1, 0);
     if (n < 0 && probeUnavailable(errno)) {
       std::memcpy(dst + done, src + done, size - done);
       return true;

@@ -60,6 +60,9 @@ const char* stageName(Stage s) {
     case Stage::kRead: return "read";
     case Stage::kHandled: return "handled";
     case Stage::kReply: return "reply";
+    case Stage::kEnter: return "enter";
+    case Stage::kReturned: return "returned";
+    case Stage::kSubmitted: return "submitted";
   }
   return "?";
 }
@@ -79,13 +82,48 @@ bool enableCallTrace(const std::string& path, const char* side) {
 
 bool callTraceEnabled() { return recorder().enabled.load(std::memory_order_relaxed); }
 
-void recordCall(uint64_t tenant, uint64_t callId, int32_t kind, Stage stage) {
+namespace {
+
+void record(const Event& e) {
   Recorder& r = recorder();
-  if (!r.enabled.load(std::memory_order_relaxed)) return;
-  Event e{tenant, callId, kind, stage, nowNs()};
   std::lock_guard lock(r.mutex);
   r.events.push_back(e);
   if (r.events.size() >= kFlushEvery) writeLocked(r);
+}
+
+struct ScopeState {
+  unsigned depth = 0;
+  uint64_t enterNs = 0;
+  uint64_t tenant = 0;
+  uint64_t callId = 0;
+  int32_t kind = -1;
+};
+thread_local ScopeState scope;
+
+}  // namespace
+
+void recordCall(uint64_t tenant, uint64_t callId, int32_t kind, Stage stage) {
+  if (!callTraceEnabled()) return;
+  record(Event{tenant, callId, kind, stage, nowNs()});
+}
+
+ApplicationCallScope::ApplicationCallScope() {
+  if (!callTraceEnabled() || scope.depth++ != 0) return;
+  scope.enterNs = nowNs();
+  scope.callId = 0;
+}
+
+ApplicationCallScope::~ApplicationCallScope() {
+  if (scope.depth == 0 || --scope.depth != 0 || scope.callId == 0) return;
+  record(Event{scope.tenant, scope.callId, scope.kind, Stage::kEnter, scope.enterNs});
+  record(Event{scope.tenant, scope.callId, scope.kind, Stage::kReturned, nowNs()});
+}
+
+void noteRoundTrip(uint64_t tenant, uint64_t callId, int32_t kind) {
+  if (scope.depth == 0) return;
+  scope.tenant = tenant;
+  scope.callId = callId;
+  scope.kind = kind;
 }
 
 void flushCallTrace() {

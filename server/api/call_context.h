@@ -78,6 +78,7 @@ class CallContext {
   ApiServices& services() { return services_; }
   const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
   bool oneWay() const { return callId_ == 0; }
+  uint64_t callId() const { return callId_; }
   // This one-way call failed, and its error is the one the tenant's next reply will carry.
   bool deferredError() const { return deferred_ != CUDA_SUCCESS; }
   CUresult deferredStatus() const { return deferred_; }

@@ -14,7 +14,7 @@ namespace tally::server::api {
 
 void sendReply(session::Outbox& outbox, uint64_t id, CUresult status, CUresult deferred, const ReplyFiller& fill,
                std::vector<iovec> data, uint64_t dataToken, std::shared_ptr<void> keepalive) {
-  capnp::MallocMessageBuilder message(256);
+  capnp::MallocMessageBuilder message(32);  // a reply is a few words; a larger one grows
   auto reply = message.initRoot<wire::ServerMessage>().initReply();
   reply.setId(id);
   reply.setStatus(status);
@@ -107,6 +107,7 @@ session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
 CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done) {
   // A captured stream never gets there: its work is a graph's (graph_api.cc).
   if (CUresult r = captureConflict(ctx, stream); r != CUDA_SUCCESS) return r;
+  trace::recordCall(ctx.tenant().id(), ctx.callId(), -1, trace::Stage::kSubmitted);
   const auto& queued = ctx.tenant().queuedNotices();
   bool high = ctx.tenant().priority() == session::PriorityClass::kHigh;
   unsigned spin = queued->load() != 0 ? 0
