@@ -7,8 +7,10 @@
 
 #include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +24,17 @@
 namespace tally::client {
 
 namespace {
+
+// Sleeps while `word` holds `expected`, at most `timeout` (a private futex: this process only).
+void waitWhile(std::atomic<int>& word, int expected, std::chrono::microseconds timeout) {
+  timespec ts{0, static_cast<long>(timeout.count()) * 1000};
+  ::syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+}
+
+void wakeAll(std::atomic<int>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
 frame::FrameLimits clientLimits() {
   frame::FrameLimits limits;
   limits.maxMessageBytes = 64u << 20;  // the Welcome carries every device's properties
@@ -353,12 +366,16 @@ void Connection::pollForReply(PendingCall& pending) {
   auto deadline = std::chrono::steady_clock::now() + spin;
   frame::IncomingFrame frame;
   pollers_.fetch_add(1);
+  // A poller that has its reply leaves without waking the receiver thread, which looks again by
+  // itself (receive()): a sync call then pays no system call on its way out. One that gives up
+  // polling wakes it, as it now depends on it for the reply.
   struct Leave {
     std::atomic<int>& pollers;
+    const PendingCall& pending;
     ~Leave() {
-      if (pollers.fetch_sub(1) == 1) pollers.notify_all();
+      if (pollers.fetch_sub(1) == 1 && pending.state.load(std::memory_order_acquire) == 0) wakeAll(pollers);
     }
-  } leave{pollers_};
+  } leave{pollers_, pending};
   for (unsigned round = 0; pending.state.load(std::memory_order_acquire) == 0; ++round) {
     if (readerMutex_.try_lock()) {
       bool alive = !broken_.load() && routeWhatArrived(frame);
@@ -461,13 +478,16 @@ bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) 
 
 namespace {
 constexpr auto kReceiverLinger = std::chrono::microseconds(50);
+// While a caller polls for its reply it routes whatever arrives (host data, host-function
+// notices) itself; the receiver thread looks this often whether the pollers are gone.
+constexpr auto kPollerRecheck = std::chrono::microseconds(50);
 
 }  // namespace
 
 void Connection::receive() {
   frame::IncomingFrame frame;
   for (;;) {
-    for (int n = pollers_.load(); n != 0; n = pollers_.load()) pollers_.wait(n);
+    for (int n = pollers_.load(); n != 0; n = pollers_.load()) waitWhile(pollers_, n, kPollerRecheck);
     // Linger before sleeping on the socket: back-to-back round trips then keep it unwatched.
     bool ready = false;
     auto until = std::chrono::steady_clock::now() + kReceiverLinger;

@@ -173,7 +173,8 @@ class Connection {
   std::atomic<uint64_t> nextToken_{1};
   std::mutex readerMutex_;  // held by whichever thread reads frames (reader_, bounce_, routing)
   // Threads polling for their reply (pollForReply). Meanwhile the receiver thread does not wait
-  // on the socket: a reply then wakes nobody, and tallyd's write costs no wake-up either.
+  // on the socket: a reply then wakes nobody, and tallyd's write costs no wake-up either. The
+  // receiver sleeps on this word with a timeout, so a poller that got its reply leaves quietly.
   std::atomic<int> pollers_{0};
   int64_t configuredWaitSpin_ = kDefaultWaitSpin.count();    // µs: TALLY_SPIN_US or the default
   std::atomic<int64_t> waitSpin_{kDefaultWaitSpin.count()};  // µs: what waits use now
