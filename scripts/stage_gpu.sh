@@ -19,6 +19,9 @@ if [[ -d $BUILD/bench/isolation ]]; then
   mkdir -p "$OUTDIR/build/bench/isolation"
   cp "$BUILD"/bench/isolation/{hp_infer,be_train_ptx,be_train_sass,green_split} "$OUTDIR/build/bench/isolation/"
 fi
+if [[ -x $BUILD/bench/netdelay/delay_proxy ]]; then
+  mkdir -p "$OUTDIR/build/bench/netdelay" && cp "$BUILD/bench/netdelay/delay_proxy" "$OUTDIR/build/bench/netdelay/"
+fi
 if [[ -x $BUILD/bench/hp_request/hp_request ]]; then
   mkdir -p "$OUTDIR/build/bench/hp_request" && cp "$BUILD/bench/hp_request/hp_request" "$OUTDIR/build/bench/hp_request/"
 fi

@@ -17,6 +17,10 @@
 #                                    behind a veth pair with `tc netem` adding this delay each way
 #                                    (modes netem50, netem200; root, ip and tc needed, else skipped
 #                                    with the reason; private addresses only, nothing leaves the host)
+#   HP_REQUEST_DELAY_US="0 50 200"    remote clients where netem is not available: over TCP through
+#                                    bench/netdelay/delay_proxy on 127.0.0.1, which holds every byte
+#                                    this long each way (modes delay0, delay50, ...; delay0 is the
+#                                    proxy's own cost)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../../scripts/tally_lib.sh
@@ -70,7 +74,17 @@ if [[ -n $NETEM_DELAYS ]]; then
   fi
 fi
 
-if [[ $MODES == *uds* || $MODES == *tcp* || $MODES == *netem* ]]; then
+DELAYS=${HP_REQUEST_DELAY_US:-}
+PROXY=$BUILD/bench/netdelay/delay_proxy
+if [[ -n $DELAYS ]]; then
+  if [[ -x $PROXY ]]; then
+    for d in $DELAYS; do MODES+=" delay$d"; done
+  else
+    echo "SKIP delay modes: $PROXY not built"
+  fi
+fi
+
+if [[ $MODES == *uds* || $MODES == *tcp* || $MODES == *netem* || $MODES == *delay* ]]; then
   # The benchmark's client asks for high priority over TCP too, without a token; the netem
   # listener is on a private non-loopback address.
   printf 'allow_anonymous_high_priority = true\nallow_plain_tcp = true\n' >"$SCRATCH/tallyd.toml"
@@ -93,6 +107,15 @@ run_one() {  # <mode> <work us> <repeat>
     [[ $TL_HIDE -eq 1 ]] && hide=(unshare -m bash -c "$TL_HIDE_SCRIPT" bash "$TL_OLDDEV")
     line=$(ip netns exec tallyhp "${hide[@]}" env "LD_PRELOAD=$CLIENT" "TALLY_SERVER=tcp://10.213.0.1:$NETEM_PORT" \
       TALLY_PRIORITY=high TALLY_TENANT=hp_request "${CLIENT_EXTRA[@]}" "$BENCH" "${args[@]}" 2>"$SCRATCH/err"); rc=$?
+  elif [[ $mode == delay* ]]; then
+    local port
+    port=$(tl_free_port) || return 1
+    "$PROXY" "$port" 127.0.0.1 "$TL_PORT" "${mode#delay}" >"$SCRATCH/proxy.out" 2>&1 &
+    local proxy=$!
+    for _ in $(seq 50); do grep -q listening "$SCRATCH/proxy.out" 2>/dev/null && break; sleep 0.1; done
+    line=$(tl_hidden env "LD_PRELOAD=$CLIENT" "TALLY_SERVER=tcp://127.0.0.1:$port" TALLY_PRIORITY=high \
+      TALLY_TENANT=hp_request "${CLIENT_EXTRA[@]}" "$BENCH" "${args[@]}" 2>"$SCRATCH/err"); rc=$?
+    kill "$proxy" 2>/dev/null; wait "$proxy" 2>/dev/null
   else
     server="unix:$SCRATCH/tallyd.sock"
     [[ $mode == tcp ]] && server="tcp://127.0.0.1:$TL_PORT"
