@@ -35,7 +35,8 @@
 # written); 2 usage or missing files; 77 no GPU visible (nothing run).
 #
 # Environment knobs (all optional):
-#   TALLY_MICRO_MODES       modes to run, default "native uds tcp"
+#   TALLY_MICRO_MODES       modes to run, default "native uds tcp"; also "tls" (tallyd with a
+#                           self-signed certificate for localhost, made here with openssl)
 #   TALLY_MICRO_BENCHES     default "sync_rtt launch_async launch_sync bandwidth"
 #   TALLY_MICRO_ARGS        extra tally_microbench options for every run, e.g.
 #                           "--bw-max-size 268435456" for a quicker sweep
@@ -99,12 +100,13 @@ command -v timeout >/dev/null || die "timeout (coreutils) is needed"
 for m in $MODES; do
   case "$m" in
     native) ;;
-    uds | tcp)
+    uds | tcp | tls)
       [ -x "$TALLYD" ] || die "$TALLYD not found"
       [ -f "$CLIENT" ] || die "$CLIENT not found"
       ;;
     *) die "unknown mode '$m' in TALLY_MICRO_MODES" ;;
   esac
+  [ "$m" != tls ] || command -v openssl >/dev/null || die "mode tls needs the openssl command (a test certificate)"
 done
 for b in $BENCHES; do
   [ -n "${ARGS[$b]+x}" ] || die "unknown benchmark '$b' in TALLY_MICRO_BENCHES"
@@ -153,13 +155,27 @@ trap 'echo "run_micro.sh: interrupted" >&2; exit 130' INT TERM
 # shellcheck source=../scripts/tally_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/tally_lib.sh"
 
+# Mode tls: a self-signed certificate for localhost, made once per run.
+TLS_PORT=""
+tls_listener() {
+  [[ " $MODES " == *" tls "* ]] || return 0
+  if [ ! -f "$TMP_DIR/cert.pem" ]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost \
+      -keyout "$TMP_DIR/key.pem" -out "$TMP_DIR/cert.pem" >/dev/null 2>&1 || return 1
+  fi
+  TLS_PORT=$(tl_free_port) || return 1
+  TLS_ARGS=(--tls-cert "$TMP_DIR/cert.pem" --tls-key "$TMP_DIR/key.pem" --listen "tls://127.0.0.1:$TLS_PORT")
+}
+
 start_tallyd() {
   rm -f "$SOCK"
   PORT=$(tl_free_port) || return 1
+  TLS_ARGS=()
+  tls_listener || { echo "run_micro.sh: no TLS certificate (openssl failed)" >&2; return 1; }
   TALLYD_STARTS=$((TALLYD_STARTS + 1))
-  echo "=== $(date -u +%H:%M:%S) starting tallyd (#$TALLYD_STARTS) on unix:$SOCK and tcp://127.0.0.1:$PORT" >>"$TALLYD_LOG"
+  echo "=== $(date -u +%H:%M:%S) starting tallyd (#$TALLYD_STARTS) on unix:$SOCK and tcp://127.0.0.1:$PORT ${TLS_PORT:+and tls port $TLS_PORT}" >>"$TALLYD_LOG"
   env -u LD_PRELOAD -u TALLY_SERVER "$TALLYD" --listen "unix:$SOCK" --listen "tcp://127.0.0.1:$PORT" \
-    "${TALLYD_EXTRA[@]}" >>"$TALLYD_LOG" 2>&1 &
+    "${TLS_ARGS[@]}" "${TALLYD_EXTRA[@]}" >>"$TALLYD_LOG" 2>&1 &
   TALLYD_PID=$!
   for _ in $(seq 300); do # up to 30 s
     if ! kill -0 "$TALLYD_PID" 2>/dev/null; then
@@ -168,7 +184,7 @@ start_tallyd() {
       TALLYD_PID=""
       return 1
     fi
-    if [ -S "$SOCK" ] && tl_tcp_listening "$PORT"; then
+    if [ -S "$SOCK" ] && tl_tcp_listening "$PORT" && { [ -z "$TLS_PORT" ] || tl_tcp_listening "$TLS_PORT"; }; then
       sleep 0.2 # let it get from bind/listen to accepting
       return 0
     fi
@@ -210,7 +226,7 @@ FAILURES="$TMP_DIR/failures.tsv"     # mode, bench, rc, reason, stderr file
 START_S=$SECONDS
 any_failed=0
 
-if [[ " $MODES " == *" uds "* || " $MODES " == *" tcp "* ]]; then
+if [[ " $MODES " == *" uds "* || " $MODES " == *" tcp "* || " $MODES " == *" tls "* ]]; then
   start_tallyd || echo "run_micro.sh: remote modes will be recorded as failures" >&2
 fi
 
@@ -234,7 +250,9 @@ run_one() {
     fi
     local server="unix:$SOCK"
     [ "$mode" = tcp ] && server="tcp://127.0.0.1:$PORT"
+    [ "$mode" = tls ] && server="tls://localhost:$TLS_PORT"
     envs=(LD_PRELOAD="$CLIENT" TALLY_SERVER="$server")
+    [ "$mode" = tls ] && envs+=(TALLY_CA="$TMP_DIR/cert.pem")
   fi
 
   local -a args

@@ -4,6 +4,7 @@
 // could do it instead, each natively in one process, medians over many reps:
 //   memcpy_pageable   cudaMemcpy into pageable memory (what the application does natively)
 //   dma_event         cuMemcpyDtoHAsync into pinned memory, cuEventRecord, cuEventQuery spin
+//   dma_submit_only   cuMemcpyDtoHAsync into pinned memory, not waited for (the call's cost)
 //   dma_sync          cuMemcpyDtoHAsync into pinned memory, cuStreamSynchronize
 //   dma_flag          cuMemcpyDtoHAsync into pinned memory, cuStreamWriteValue32 of a mapped
 //                     flag, spin on the flag in host memory
@@ -86,6 +87,11 @@ int main(int argc, char** argv) {
       CHECK(cuEventRecord(event, stream));
       while (cuEventQuery(event) == CUDA_ERROR_NOT_READY) __builtin_ia32_pause();
     });
+    // The submission alone (the driver call's own cost), then the wait outside the timing.
+    time("dma_submit_only", bytes, reps, [&](unsigned) {
+      CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
+    });
+    CHECK(cuStreamSynchronize(stream));
     time("dma_sync", bytes, reps, [&](unsigned) {
       CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
       CHECK(cuStreamSynchronize(stream));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tally::client::host_memory {
 
@@ -32,10 +33,13 @@ inline bool readable(const void* p, size_t size) { return readable(Rows{p, size,
 inline bool writable(void* p, size_t size) { return writable(Rows{p, size, size, 1}); }
 
 // Copies `size` bytes from our `src` into the application's `dst`; false, not a signal, when
-// `dst` cannot be written (the application unmapped or protected it).
+// `dst` cannot be written (the application unmapped or protected it). A small copy to pages an
+// earlier copy wrote is a plain memcpy (host_memory.cc, KnownPages).
 bool copyOut(void* dst, const void* src, size_t size);
 // Copies `size` bytes from the application's `src` into our `dst`; false, not a signal, when
-// `src` cannot be read.
+// `src` cannot be read. Small copies from pages read before: a plain memcpy.
 bool copyIn(void* dst, const void* src, size_t size);
+// How many copies went through the kernel so far (tests: which ones a known page spared).
+uint64_t kernelCopiesSoFar();
 
 }  // namespace tally::client::host_memory

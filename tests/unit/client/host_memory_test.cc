@@ -93,5 +93,36 @@ TEST(HostMemory, CopyInReportsAHoleInTheSource) {
   EXPECT_TRUE(copyIn(into.data(), m.base + 2 * kPage, kPage));
 }
 
+// A small copy to or from pages an earlier copy went through is a plain memcpy; a page never
+// seen, or a copy too large to gain from it, goes through the kernel.
+TEST(HostMemory, SmallCopiesToKnownPagesSkipTheKernel) {
+  std::vector<char> buffer(2 * kPage);
+  const char bytes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint64_t before = kernelCopiesSoFar();
+  EXPECT_TRUE(copyOut(buffer.data() + 16, bytes, sizeof(bytes)));
+  EXPECT_EQ(kernelCopiesSoFar(), before + 1);
+  EXPECT_TRUE(copyOut(buffer.data() + 32, bytes, sizeof(bytes)));  // same page: no system call
+  EXPECT_EQ(kernelCopiesSoFar(), before + 1);
+  EXPECT_EQ(std::memcmp(buffer.data() + 32, bytes, sizeof(bytes)), 0);
+  char back[8] = {};
+  EXPECT_TRUE(copyIn(back, buffer.data() + 32, sizeof(back)));  // reads are remembered apart
+  EXPECT_TRUE(copyIn(back, buffer.data() + 32, sizeof(back)));
+  EXPECT_EQ(kernelCopiesSoFar(), before + 2);
+  std::vector<char> large(128u << 10);
+  EXPECT_TRUE(copyOut(large.data(), large.data() + 1, 1));
+  EXPECT_TRUE(copyIn(large.data() + 1, large.data(), large.size() - 1));
+  EXPECT_TRUE(copyIn(large.data() + 1, large.data(), large.size() - 1));
+  EXPECT_EQ(kernelCopiesSoFar(), before + 5) << "a 128 KiB copy is never taken as known";
+}
+
+// A page the client never copied through still gets an error code, not a signal.
+TEST(HostMemory, UnknownBadPagesStillFailWithoutASignal) {
+  Mapping m(PROT_NONE);
+  const char bytes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_TRUE(copyOut(m.base, bytes, sizeof(bytes)));
+  EXPECT_FALSE(copyOut(m.base + kPage, bytes, sizeof(bytes)));
+  EXPECT_FALSE(copyOut(m.base + kPage, bytes, sizeof(bytes)));  // a failure is not remembered
+}
+
 }  // namespace
 }  // namespace tally::client::host_memory
