@@ -5,6 +5,7 @@
 //   memcpy_pageable   cudaMemcpy into pageable memory (what the application does natively)
 //   dma_event         cuMemcpyDtoHAsync into pinned memory, cuEventRecord, cuEventQuery spin
 //   dma_submit_only   cuMemcpyDtoHAsync into pinned memory, not waited for (the call's cost)
+//   dma_stream_query  cuMemcpyDtoHAsync into pinned memory, cuStreamQuery spin (no event)
 //   dma_sync          cuMemcpyDtoHAsync into pinned memory, cuStreamSynchronize
 //   dma_flag          cuMemcpyDtoHAsync into pinned memory, cuStreamWriteValue32 of a mapped
 //                     flag, spin on the flag in host memory
@@ -92,6 +93,10 @@ int main(int argc, char** argv) {
       CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
     });
     CHECK(cuStreamSynchronize(stream));
+    time("dma_stream_query", bytes, reps, [&](unsigned) {
+      CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
+      while (cuStreamQuery(stream) == CUDA_ERROR_NOT_READY) __builtin_ia32_pause();
+    });
     time("dma_sync", bytes, reps, [&](unsigned) {
       CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
       CHECK(cuStreamSynchronize(stream));
