@@ -361,36 +361,46 @@ CUresult Connection::startCall(PendingCall& pending, capnp::MessageBuilder& mess
   return sent;
 }
 
-void Connection::pollForReply(PendingCall& pending) {
+bool Connection::pollForReply(PendingCall& pending) {
   auto spin = std::chrono::microseconds(waitSpin_.load(std::memory_order_relaxed));
   auto deadline = std::chrono::steady_clock::now() + spin;
   frame::IncomingFrame frame;
+  bool gaveUp = false;
   pollers_.fetch_add(1);
   // A poller that has its reply leaves without waking the receiver thread, which looks again by
-  // itself (receive()): a sync call then pays no system call on its way out. One that gives up
-  // polling wakes it, as it now depends on it for the reply.
+  // itself (receive()): a sync call then pays no system call on its way out. The last poller to
+  // leave wakes it when a thread gave up polling and now depends on it for its reply.
   struct Leave {
     std::atomic<int>& pollers;
+    std::atomic<int>& sleepers;
     const PendingCall& pending;
+    bool& gaveUp;
     ~Leave() {
-      if (pollers.fetch_sub(1) == 1 && pending.state.load(std::memory_order_acquire) == 0) wakeAll(pollers);
+      gaveUp = pending.state.load(std::memory_order_acquire) == 0;
+      if (gaveUp) sleepers.fetch_add(1);  // finishCall takes it back once the reply is there
+      if (pollers.fetch_sub(1) == 1 && sleepers.load() > 0) wakeAll(pollers);
     }
-  } leave{pollers_, pending};
-  for (unsigned round = 0; pending.state.load(std::memory_order_acquire) == 0; ++round) {
-    if (readerMutex_.try_lock()) {
-      bool alive = !broken_.load() && routeWhatArrived(frame);
-      readerMutex_.unlock();
-      if (!alive) return;
+  };
+  {
+    Leave leave{pollers_, sleepers_, pending, gaveUp};
+    for (unsigned round = 0; pending.state.load(std::memory_order_acquire) == 0; ++round) {
+      if (readerMutex_.try_lock()) {
+        bool alive = !broken_.load() && routeWhatArrived(frame);
+        readerMutex_.unlock();
+        if (!alive) break;
+      }
+      if (pending.state.load(std::memory_order_acquire) != 0) break;
+      if (round % 64 == 0 && std::chrono::steady_clock::now() >= deadline) break;
+      __builtin_ia32_pause();
     }
-    if (pending.state.load(std::memory_order_acquire) != 0) return;
-    if (round % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return;
-    __builtin_ia32_pause();
   }
+  return gaveUp;
 }
 
 CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
-  pollForReply(pending);
+  bool gaveUp = pollForReply(pending);
   pending.state.wait(0, std::memory_order_acquire);
+  if (gaveUp) sleepers_.fetch_sub(1);
   trace::recordCall(tenantId_, pending.id, pending.kind, trace::Stage::kWoken);
   {
     std::lock_guard lock(pendingMutex_);

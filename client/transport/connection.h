@@ -137,8 +137,9 @@ class Connection {
   // Routes frames already received or waiting in the socket, without blocking for new ones
   // (reader lock held). False once the connection failed.
   bool routeWhatArrived(frame::IncomingFrame& frame);
-  // Polls for the reply of `pending` on the calling thread for at most the wait spin.
-  void pollForReply(PendingCall& pending);
+  // Polls for the reply of `pending` on the calling thread for at most the wait spin. True when
+  // it gave up without the reply: the caller then sleeps, counted in sleepers_ until it wakes.
+  bool pollForReply(PendingCall& pending);
   bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);
   void fail(const std::string& why);
   void noteMessage();  // sendMutex_ held
@@ -176,6 +177,7 @@ class Connection {
   // on the socket: a reply then wakes nobody, and tallyd's write costs no wake-up either. The
   // receiver sleeps on this word with a timeout, so a poller that got its reply leaves quietly.
   std::atomic<int> pollers_{0};
+  std::atomic<int> sleepers_{0};  // callers that gave up polling and wait for the receiver thread
   int64_t configuredWaitSpin_ = kDefaultWaitSpin.count();    // µs: TALLY_SPIN_US or the default
   std::atomic<int64_t> waitSpin_{kDefaultWaitSpin.count()};  // µs: what waits use now
   std::vector<char> bounce_;  // reader lock: device-to-host bytes on their way
