@@ -108,13 +108,15 @@ void recordCall(uint64_t tenant, uint64_t callId, int32_t kind, Stage stage) {
 }
 
 ApplicationCallScope::ApplicationCallScope() {
-  if (!callTraceEnabled() || scope.depth++ != 0) return;
+  if (!callTraceEnabled()) return;
+  counted_ = true;
+  if (scope.depth++ != 0) return;
   scope.enterNs = nowNs();
   scope.callId = 0;
 }
 
 ApplicationCallScope::~ApplicationCallScope() {
-  if (scope.depth == 0 || --scope.depth != 0 || scope.callId == 0) return;
+  if (!counted_ || --scope.depth != 0 || scope.callId == 0) return;
   record(Event{scope.tenant, scope.callId, scope.kind, Stage::kEnter, scope.enterNs});
   record(Event{scope.tenant, scope.callId, scope.kind, Stage::kReturned, nowNs()});
 }

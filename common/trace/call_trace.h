@@ -34,6 +34,9 @@ class ApplicationCallScope {
   ~ApplicationCallScope();
   ApplicationCallScope(const ApplicationCallScope&) = delete;
   ApplicationCallScope& operator=(const ApplicationCallScope&) = delete;
+
+ private:
+  bool counted_ = false;  // tracing was on when the call began: the thread's scope state is ours
 };
 // The round trip the current ApplicationCallScope of this thread made (the last one, if several).
 void noteRoundTrip(uint64_t tenant, uint64_t callId, int32_t kind);
