@@ -2,7 +2,7 @@
 
 
 #include "client/transport/host_memory.h"
-#include "common/tls/tls_pipe.h"
+#include "common/tls/tls_session.h"
 #include "common/trace/call_trace.h"
 
 #include <capnp/serialize.h>
@@ -49,8 +49,14 @@ ReplyMessage::ReplyMessage(kj::Array<capnp::word> words) : words_(std::move(word
 
 wire::Reply::Reader ReplyMessage::reply() { return reader_->getRoot<wire::ServerMessage>().getReply(); }
 
-Connection::Connection(int fd, std::string endpointText)
-    : fd_(fd), endpointText_(std::move(endpointText)), out_{fd, nullptr}, reader_(fd) {}
+Connection::Connection(int fd, std::string endpointText, std::unique_ptr<frame::RecordLayer> records)
+    : fd_(fd),
+      endpointText_(std::move(endpointText)),
+      records_(std::move(records)),
+      out_{fd, nullptr, records_.get()},
+      reader_(fd) {
+  reader_.useRecords(records_.get());
+}
 
 Connection::~Connection() {
   {
@@ -75,21 +81,21 @@ std::string envOrEmpty(const char* name) {
 }  // namespace
 
 // TLS 1.3 to a tls:// tallyd: the server's certificate must chain to TALLY_CA and name the host
-// (or TALLY_TLS_NAME); TALLY_CERT/TALLY_KEY add a client certificate. Returns the plaintext fd.
-int Connection::startTls(const address::Endpoint& endpoint, int fd, std::string& error) {
+// (or TALLY_TLS_NAME); TALLY_CERT/TALLY_KEY add a client certificate. Returns the records the
+// socket carries from then on, or null (the socket closed).
+std::unique_ptr<frame::RecordLayer> Connection::startTls(const address::Endpoint& endpoint, int fd, std::string& error) {
   std::string name = envOrEmpty("TALLY_TLS_NAME");
   tls::ClientConfig config{envOrEmpty("TALLY_CA"), envOrEmpty("TALLY_CERT"), envOrEmpty("TALLY_KEY"),
                            name.empty() ? endpoint.host : name};
   std::string why;
   std::unique_ptr<tls::Context> context = tls::Context::forClient(config, why);
-  if (!context) {
+  tls::Session session;
+  if (context) session = tls::start(*context, fd, 10000, why);
+  if (!session.records) {
     ::close(fd);
     error = "cannot reach tallyd at " + endpoint.toString() + ": " + why;
-    return -1;
   }
-  tls::Session session = tls::start(*context, fd, 10000, why);
-  if (session.plainFd < 0) error = "cannot reach tallyd at " + endpoint.toString() + ": " + why;
-  return session.plainFd;
+  return std::move(session.records);
 }
 
 std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, const std::string& tenantName,
@@ -109,11 +115,12 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
     return nullptr;
   }
   address::tuneConnectedSocket(fd);
+  std::unique_ptr<frame::RecordLayer> records;
   if (endpoint.kind == address::Endpoint::Kind::kTls) {
-    fd = startTls(endpoint, fd, error);
-    if (fd < 0) return nullptr;
+    records = startTls(endpoint, fd, error);
+    if (!records) return nullptr;
   }
-  std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString()));
+  std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString(), std::move(records)));
   // A shared ring spares a Unix-socket tenant every system call of a call's trip while both sides
   // poll (TALLY_SHARED_RING=0: the socket only).
   const char* ringEnv = std::getenv("TALLY_SHARED_RING");

@@ -121,13 +121,13 @@ class Connection {
     bool faulted = false;
   };
 
-  Connection(int fd, std::string endpointText);
+  Connection(int fd, std::string endpointText, std::unique_ptr<frame::RecordLayer> records);
   CUresult writeLocked(std::span<const iovec> parts);
   CUresult writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std::span<const iovec> bulk);
   frame::IoStatus readIntoHost(char* dst, size_t size, bool& faulted);
   CUresult flushLocked();
   void runFlusher();
-  static int startTls(const address::Endpoint& endpoint, int fd, std::string& error);
+  static std::unique_ptr<frame::RecordLayer> startTls(const address::Endpoint& endpoint, int fd, std::string& error);
   bool handshake(const std::string& tenantName, wire::PriorityClass priority, bool offerRing, std::string& error);
   // Bytes waiting to be read (buffered, in the ring or in the socket); reader lock not needed.
   bool dataWaiting() const { return reader_.readableNow(); }
@@ -147,8 +147,9 @@ class Connection {
 
   int fd_;
   std::string endpointText_;
-  std::unique_ptr<frame::SharedRings> rings_;  // UDS, when tallyd accepted them
-  frame::Channel out_;                         // where frames go: the socket or rings_->toServer()
+  std::unique_ptr<frame::RecordLayer> records_;  // tls://: the socket carries TLS records
+  std::unique_ptr<frame::SharedRings> rings_;    // UDS, when tallyd accepted them
+  frame::Channel out_;  // where frames go: the socket, rings_->toServer() or records_
   frame::StreamReader reader_;
   kj::Array<capnp::word> welcomeWords_;
   std::unique_ptr<capnp::FlatArrayMessageReader> welcome_;

@@ -275,21 +275,30 @@ std::unique_ptr<SharedRings> SharedRings::adopt(int fd, size_t capacity, int soc
 
 size_t sendCounting(const Channel& channel, std::span<const iovec> parts, int& error, size_t firstForeign,
                     ByteRing::CopyFn foreignCopy) {
+  if (channel.records != nullptr) return sendSealed(channel.fd, *channel.records, parts, error, firstForeign, foreignCopy);
   if (channel.ring == nullptr) return sendCounting(channel.fd, parts, error);
   return channel.ring->write(parts, error, firstForeign, foreignCopy);
 }
 
+namespace {
+IoStatus writeStatus(const Channel& channel, int error) {
+  if (error == 0) return {};
+  const char* what = channel.records != nullptr ? "sealed send" : channel.ring != nullptr ? "ring write" : "send";
+  return IoStatus::failure(fmt::format("{} failed: {}", what, std::strerror(error)));
+}
+}  // namespace
+
 IoStatus writeAll(const Channel& channel, std::span<const iovec> parts) {
-  if (channel.ring == nullptr) return writeAll(channel.fd, parts);
+  if (channel.ring == nullptr && channel.records == nullptr) return writeAll(channel.fd, parts);
   int error = 0;
-  channel.ring->write(parts, error);
-  if (error != 0) return IoStatus::failure(fmt::format("ring write failed: {}", std::strerror(error)));
-  return {};
+  sendCounting(channel, parts, error);
+  return writeStatus(channel, error);
 }
 
 IoStatus writeFrame(const Channel& channel, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
                     int fdToSend, std::optional<ByteRing::Clock::time_point> deadline) {
-  if (channel.ring == nullptr) return writeFrame(channel.fd, message, bulk, fdToSend);
+  if (channel.records != nullptr && fdToSend >= 0) return IoStatus::failure("a descriptor cannot travel in a TLS record");
+  if (channel.ring == nullptr && channel.records == nullptr) return writeFrame(channel.fd, message, bulk, fdToSend);
   // One byte carries the descriptor, before the frame that takes it enters the ring.
   const char byte = 'F';
   if (fdToSend >= 0 && sendWithDescriptor(channel.fd, &byte, 1, fdToSend) != 1) {
@@ -298,9 +307,12 @@ IoStatus writeFrame(const Channel& channel, kj::ArrayPtr<const capnp::word> mess
   FrameHeader header = makeHeader(message.size() * sizeof(capnp::word), bulkBytesOf(bulk));
   std::vector<iovec> parts = frameParts(header, message, bulk);
   int error = 0;
-  channel.ring->write(parts, error, SIZE_MAX, nullptr, deadline);
-  if (error != 0) return IoStatus::failure(fmt::format("ring write failed: {}", std::strerror(error)));
-  return {};
+  if (channel.records != nullptr) {
+    sendSealed(channel.fd, *channel.records, parts, error);
+  } else {
+    channel.ring->write(parts, error, SIZE_MAX, nullptr, deadline);
+  }
+  return writeStatus(channel, error);
 }
 
 }  // namespace tally::frame

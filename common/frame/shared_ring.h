@@ -12,6 +12,7 @@
 // only garbles its own stream, which the frame checks then refuse.
 #pragma once
 
+#include "common/frame/record_layer.h"
 #include "common/frame/socket_io.h"
 
 #include <atomic>
@@ -31,8 +32,7 @@ class ByteRing {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr auto kSleepStep = std::chrono::milliseconds(10);
-  // Copies bytes the caller does not own (an application's buffer); false: unreadable (EFAULT).
-  using CopyFn = bool (*)(void* dst, const void* src, size_t size);
+  using CopyFn = ForeignCopyFn;
 
   ByteRing(RingControl* control, char* data, size_t capacity, int socketFd)
       : control_(control), data_(data), capacity_(capacity), socketFd_(socketFd) {}
@@ -97,14 +97,16 @@ class SharedRings {
   ByteRing toServer_, toClient_;
 };
 
-// Where a connection's outgoing bytes go: its socket, or its shared ring (which then carries
-// everything but descriptors).
+// Where a connection's outgoing bytes go: its socket, its shared ring (which then carries
+// everything but descriptors), or records (TLS) on its socket.
 struct Channel {
   int fd = -1;
   ByteRing* ring = nullptr;
+  RecordLayer* records = nullptr;
 };
 
-// sendCounting / writeAll / writeFrame of socket_io.h, through the ring when there is one. A
+// sendCounting / writeAll / writeFrame of socket_io.h, through the ring or the records when there
+// are. A
 // descriptor rides on the socket with one byte, before the frame's bytes enter the ring, so it is
 // there when the reader meets the frame (StreamReader::takeFd).
 size_t sendCounting(const Channel& channel, std::span<const iovec> parts, int& error, size_t firstForeign = SIZE_MAX,

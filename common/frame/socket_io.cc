@@ -1,5 +1,6 @@
 #include "common/frame/socket_io.h"
 
+#include "common/frame/record_layer.h"
 #include "common/frame/shared_ring.h"
 
 #include <fmt/format.h>
@@ -110,15 +111,20 @@ void StreamReader::receiveRingDescriptors() {
   if (::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) > 0) (void)queueDescriptors(msg);
 }
 
+void StreamReader::useRecords(RecordLayer* records) {
+  records_ = records;
+  wire_.resize(records != nullptr ? buffer_.size() : 0);
+}
+
 bool StreamReader::readableNow() const {
-  if (hasBuffered()) return true;
+  if (hasBuffered() || (records_ != nullptr && records_->hasPlaintext())) return true;
   if (ring_ != nullptr) return ring_->readable() > 0 || ring_->closedByWriter();
   pollfd p{fd_, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
 }
 
 bool StreamReader::waitUntilReadable() {
-  if (hasBuffered()) return true;
+  if (hasBuffered() || (records_ != nullptr && records_->hasPlaintext())) return true;
   if (ring_ != nullptr) return ring_->waitReadable(std::chrono::microseconds(0), deadline_);
   pollfd p{fd_, POLLIN, -1};
   return ::poll(&p, 1, -1) >= 0 || errno == EINTR;
@@ -150,8 +156,32 @@ IoStatus StreamReader::readRingDirect(char* dst, size_t size) {
   return {};
 }
 
+// Opens what was received; receives more records (waiting as for plain bytes) until a whole one
+// is there. Descriptors never come this way.
+IoStatus StreamReader::refillFromRecords() {
+  std::string why;
+  for (;;) {
+    ssize_t n = records_->open(buffer_.data(), buffer_.size(), why);
+    if (n > 0) {
+      begin_ = 0;
+      end_ = static_cast<size_t>(n);
+      return {};
+    }
+    if (n < 0) return records_->peerClosed() ? IoStatus{false, true, "peer closed the connection"} : IoStatus::failure(why);
+    iovec iov{wire_.data(), wire_.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    ssize_t got = receive(msg);
+    if (got == 0) return IoStatus{false, true, "peer closed the connection"};
+    if (got < 0) return receiveError("recv");
+    if (!records_->absorb(wire_.data(), static_cast<size_t>(got), why)) return IoStatus::failure(why);
+  }
+}
+
 IoStatus StreamReader::refill() {
   if (ring_ != nullptr) return refillFromRing();
+  if (records_ != nullptr) return refillFromRecords();
   char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerRead)];
   iovec iov{buffer_.data(), buffer_.size()};
   msghdr msg{};
@@ -175,7 +205,7 @@ IoStatus StreamReader::read(void* dst, size_t size) {
     if (begin_ == end_) {
       // Large remainders bypass the buffer (descriptors only accompany small frames).
       if (size - done >= buffer_.size() && ring_ != nullptr) return readRingDirect(out + done, size - done);
-      if (size - done >= buffer_.size()) {
+      if (size - done >= buffer_.size() && records_ == nullptr) {
         ssize_t n = waitReadable() ? ::recv(fd_, out + done, size - done, 0) : -1;
         if (n > 0) {
           done += static_cast<size_t>(n);

@@ -17,6 +17,7 @@
 namespace tally::frame {
 
 class ByteRing;
+class RecordLayer;
 
 // Result of an I/O helper: ok, or the reason (errno text, "peer closed", limit violation).
 struct IoStatus {
@@ -52,6 +53,8 @@ class StreamReader {
   // one byte each. Nothing may be buffered from the socket when this is called.
   void useRing(ByteRing* ring) { ring_ = ring; }
   bool usesRing() const { return ring_ != nullptr; }
+  // From now on the socket carries records (TLS) that `records` opens. Nothing may be buffered.
+  void useRecords(RecordLayer* records);
 
   IoStatus read(void* dst, size_t size);
   IoStatus skip(size_t size);
@@ -75,10 +78,13 @@ class StreamReader {
   // (the extra descriptors are closed).
   IoStatus queueDescriptors(msghdr& msg);
   IoStatus refillFromRing();
+  IoStatus refillFromRecords();
   IoStatus readRingDirect(char* dst, size_t size);
   void receiveRingDescriptors();
   unsigned spinMicros_ = 0;
   ByteRing* ring_ = nullptr;
+  RecordLayer* records_ = nullptr;
+  std::vector<char> wire_;  // records as received, before they are opened
   std::optional<Clock::time_point> deadline_;
   bool timedOut_ = false;  // the last failed receive ran into the deadline
 

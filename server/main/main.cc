@@ -42,9 +42,10 @@ class SessionRegistry final : public transport::ConnectionSink, public admin::Se
       : services_(services), draining_(draining) {}
 
   // tally::server::transport::ConnectionSink
-  void onConnection(int fd, transport::Peer peer, transport::ConnectionSlot slot) override {
+  void onConnection(int fd, std::unique_ptr<frame::RecordLayer> records, transport::Peer peer,
+                    transport::ConnectionSlot slot) override {
     uint64_t id = nextTenantId_++;
-    auto s = std::make_shared<session::Session>(fd, session::PeerInfo{std::move(peer.description), peer.unixSocket, std::move(peer.tlsSubject)},
+    auto s = std::make_shared<session::Session>(fd, std::move(records), session::PeerInfo{std::move(peer.description), peer.unixSocket, std::move(peer.tlsSubject)},
                                                 services_, id, draining_);
     {
       std::lock_guard lock(mutex_);

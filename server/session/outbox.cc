@@ -20,7 +20,8 @@ namespace {
 constexpr timeval kSendTimeout{5, 0};
 }  // namespace
 
-Outbox::Outbox(int fd) : fd_(fd), out_{fd, nullptr} {
+Outbox::Outbox(int fd, std::unique_ptr<frame::RecordLayer> records)
+    : fd_(fd), records_(std::move(records)), out_{fd, nullptr, records_.get()} {
   ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &kSendTimeout, sizeof(kSendTimeout));
   writer_ = std::thread([this] { run(); });
 }

@@ -24,8 +24,9 @@ namespace tally::server::session {
 
 class Outbox {
  public:
-  // Takes ownership of `fd` (closed when the last holder lets go of the outbox).
-  explicit Outbox(int fd);
+  // Takes ownership of `fd` (closed when the last holder lets go of the outbox) and of the TLS
+  // records it carries (null: plain bytes), which the session's reader opens too.
+  Outbox(int fd, std::unique_ptr<frame::RecordLayer> records);
   ~Outbox();
   Outbox(const Outbox&) = delete;
   Outbox& operator=(const Outbox&) = delete;
@@ -42,6 +43,7 @@ class Outbox {
   // The tenant this outbox answers (for the call trace; common/trace/call_trace.h).
   void setTenant(uint64_t id) { tenant_ = id; }
   uint64_t tenant() const { return tenant_; }
+  frame::RecordLayer* records() const { return records_.get(); }
 
  private:
   uint64_t tenant_ = 0;
@@ -55,6 +57,7 @@ class Outbox {
   void run();
 
   int fd_;
+  std::unique_ptr<frame::RecordLayer> records_;
   std::shared_ptr<frame::SharedRings> rings_;
   frame::Channel out_;
   std::mutex mutex_;

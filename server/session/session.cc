@@ -12,9 +12,10 @@
 
 namespace tally::server::session {
 
-Session::Session(int fd, PeerInfo peer, SessionServices& services, uint64_t tenantId, const std::atomic<bool>& draining)
+Session::Session(int fd, std::unique_ptr<frame::RecordLayer> records, PeerInfo peer, SessionServices& services,
+                 uint64_t tenantId, const std::atomic<bool>& draining)
     : fd_(fd), peer_(std::move(peer)), services_(services), tenantId_(tenantId), draining_(draining) {
-  outbox_ = std::make_shared<Outbox>(fd_);
+  outbox_ = std::make_shared<Outbox>(fd_, std::move(records));
   outbox_->setTenant(tenantId);
 }
 
@@ -369,6 +370,7 @@ bool Session::drainOutbox(std::chrono::milliseconds timeout) { return outbox_->d
 
 void Session::run() {
   frame::StreamReader reader(fd_);
+  reader.useRecords(outbox_->records());
   reader.setSpinMicros(services_.pollMicros);
   if (handshake(reader)) {
     if (tenant_->priority() == PriorityClass::kHigh) reader.setSpinMicros(services_.highPriorityPollMicros);

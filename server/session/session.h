@@ -3,6 +3,7 @@
 // tenant blocked in a sync still gets its other threads' launches executed.
 #pragma once
 
+#include "common/frame/record_layer.h"
 #include "server/session/session_services.h"
 #include "server/session/tenant.h"
 #include "server/session/call_rate_limit.h"
@@ -29,7 +30,9 @@ void buildRefusal(capnp::MessageBuilder& message, const std::string& why, CUresu
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // While `draining` is true the handshake refuses new tenants ("tallyd is draining").
-  Session(int fd, PeerInfo peer, SessionServices& services, uint64_t tenantId, const std::atomic<bool>& draining);
+  // `records`: the TLS records `fd` carries (null: plain bytes).
+  Session(int fd, std::unique_ptr<frame::RecordLayer> records, PeerInfo peer, SessionServices& services,
+          uint64_t tenantId, const std::atomic<bool>& draining);
   ~Session();
 
   // Runs the session on its own thread; `onExit` is called from that thread at the end.

@@ -200,7 +200,7 @@ void onConnection(uv_stream_t* server, int status) {
   }
   address::tuneConnectedSocket(fd);
   if (!isTls) {
-    state->sink.onConnection(fd, std::move(peer), std::move(slot));
+    state->sink.onConnection(fd, nullptr, std::move(peer), std::move(slot));
     return;
   }
   // The handshake blocks (up to handshake_timeout_ms): not on the loop.
@@ -210,17 +210,18 @@ void onConnection(uv_stream_t* server, int status) {
     std::string error;
     tls::Session session = tls::start(*tls, fd, timeoutMs, error);
     peer.description = "tls" + peer.description.substr(3);  // "tcp HOST:PORT" -> "tls HOST:PORT"
-    if (session.plainFd < 0) {
+    if (!session.records) {
       spdlog::warn("{}: refused: {}", peer.description, error);
+      ::close(fd);
       return;
     }
     peer.tlsSubject = session.peerSubject;
     if (!peer.tlsSubject.empty()) peer.description += " " + peer.tlsSubject;
     if (!accepting->load()) {
-      ::close(session.plainFd);
+      ::close(fd);
       return;
     }
-    sink.onConnection(session.plainFd, std::move(peer), std::move(slot));
+    sink.onConnection(fd, std::move(session.records), std::move(peer), std::move(slot));
   }).detach();
 }
 

@@ -4,7 +4,8 @@
 #pragma once
 
 #include "common/address/address.h"
-#include "common/tls/tls_pipe.h"
+#include "common/frame/record_layer.h"
+#include "common/tls/tls_session.h"
 #include "server/transport/connection_slots.h"
 
 #include <functional>
@@ -24,10 +25,11 @@ struct Peer {
 class ConnectionSink {
  public:
   virtual ~ConnectionSink() = default;
-  // `fd` is a blocking, connected stream socket now owned by the sink (for a tls:// peer, the
-  // plaintext end of its TLS pump). `slot` counts it against max_connections until the sink
-  // lets go of it. Called on the loop thread, or on a TLS handshake thread.
-  virtual void onConnection(int fd, Peer peer, ConnectionSlot slot) = 0;
+  // `fd` is a blocking, connected stream socket now owned by the sink; for a tls:// peer it
+  // carries the TLS records of `records` (null otherwise). `slot` counts it against
+  // max_connections until the sink lets go of it. Called on the loop thread, or on a TLS
+  // handshake thread.
+  virtual void onConnection(int fd, std::unique_ptr<frame::RecordLayer> records, Peer peer, ConnectionSlot slot) = 0;
   // The bytes (one frame) that tell a peer over max_connections `why` it is refused; the loop
   // writes them (not to TLS peers, which are just closed). Called on the loop thread.
   virtual std::vector<char> refusalFrame(const std::string& why) = 0;

@@ -130,7 +130,7 @@ class Tenant {
     fd_ = fds[0];
     reader_ = std::make_unique<frame::StreamReader>(fd_, 16u << 10);
     session::PeerInfo peer{"graph test socketpair", true, {}};
-    session_ = std::make_shared<session::Session>(fds[1], peer, s.services, s.nextTenant++, s.draining);
+    session_ = std::make_shared<session::Session>(fds[1], nullptr, peer, s.services, s.nextTenant++, s.draining);
     session_->start([this](session::Session&) { ended_.set_value(); });
     hello(priority);
   }

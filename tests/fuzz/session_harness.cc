@@ -62,7 +62,7 @@ void runSession(const uint8_t* data, size_t size) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) std::abort();
   server::session::PeerInfo peer{"fuzz socketpair", true, {}};
-  auto session = std::make_shared<server::session::Session>(fds[1], peer, s.services, s.nextTenant++, s.draining);
+  auto session = std::make_shared<server::session::Session>(fds[1], nullptr, peer, s.services, s.nextTenant++, s.draining);
   std::promise<void> ended;
   session->start([&ended](server::session::Session&) { ended.set_value(); });
   {

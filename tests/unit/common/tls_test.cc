@@ -1,7 +1,10 @@
-// TLS pump (common/tls): a server and a client end over a socketpair, 16 MiB echoed through
-// both pumps in both directions at once, byte for byte; and a client that trusts another CA is
-// refused with the verification error.
-#include "common/tls/tls_pipe.h"
+// TLS records (common/tls): a server and a client end over a socketpair, 16 MiB echoed through
+// both ends' records in both directions at once, byte for byte, through the framing's own reader
+// and writer; and a client that trusts another CA is refused with the verification error.
+#include "common/tls/tls_session.h"
+
+#include "common/frame/record_layer.h"
+#include "common/frame/socket_io.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -13,6 +16,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tally::tls {
@@ -37,6 +41,20 @@ bool makeCertificates(const fs::path& dir) {
 struct Pair {
   Session server, client;
   std::string serverError, clientError;
+  int serverFd = -1, clientFd = -1;
+  Pair() = default;
+  Pair(Pair&& other) noexcept
+      : server(std::move(other.server)),
+        client(std::move(other.client)),
+        serverError(std::move(other.serverError)),
+        clientError(std::move(other.clientError)),
+        serverFd(std::exchange(other.serverFd, -1)),
+        clientFd(std::exchange(other.clientFd, -1)) {}
+  ~Pair() {
+    for (int fd : {serverFd, clientFd}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
 };
 
 Pair connectWith(const ServerConfig& serverConfig, const ClientConfig& clientConfig) {
@@ -48,8 +66,11 @@ Pair connectWith(const ServerConfig& serverConfig, const ClientConfig& clientCon
   auto clientContext = Context::forClient(clientConfig, error);
   EXPECT_TRUE(clientContext) << error;
   Pair p;
+  p.serverFd = fds[0];
+  p.clientFd = fds[1];
   auto server = std::async(std::launch::async, [&] { return start(*serverContext, fds[0], 5000, p.serverError); });
   p.client = start(*clientContext, fds[1], 5000, p.clientError);
+  if (!p.client.records) ::shutdown(fds[1], SHUT_RDWR);  // the server's handshake ends now, not at its timeout
   p.server = server.get();
   return p;
 }
@@ -62,10 +83,10 @@ Pair connect(const fs::path& dir, const std::string& clientCa) {
   return connectWith(serverConfig(dir), {(dir / clientCa).string(), {}, {}, "localhost"});
 }
 
-void closeBoth(Pair& p) {
-  for (int fd : {p.client.plainFd, p.server.plainFd}) {
-    if (fd >= 0) ::close(fd);
-  }
+bool sendAll(int fd, frame::RecordLayer& records, const void* bytes, size_t size) {
+  iovec part{const_cast<void*>(bytes), size};
+  int error = 0;
+  return frame::sendSealed(fd, records, std::span<const iovec>(&part, 1), error) == size && error == 0;
 }
 
 // Ten organizational units of 60 characters and a comma in the organization: the subject's
@@ -91,46 +112,57 @@ bool makeClientCertificate(const fs::path& dir) {
   return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0;
 }
 
-TEST(Tls, SixteenMebibytesEachWayThroughBothPumps) {
+TEST(Tls, SixteenMebibytesEachWayThroughBothEndsRecords) {
   fs::path dir = fs::temp_directory_path() / ("tally-tls-" + std::to_string(::getpid()));
   if (!makeCertificates(dir)) GTEST_SKIP() << "openssl (the command) is needed to make test certificates";
   Pair p = connect(dir, "ca.pem");
-  ASSERT_GE(p.server.plainFd, 0) << p.serverError;
-  ASSERT_GE(p.client.plainFd, 0) << p.clientError;
-  // The server side echoes everything back.
-  std::thread echo([fd = p.server.plainFd] {
-    char buffer[65536];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof(buffer))) > 0;) {
-      for (ssize_t off = 0; off < n;) {
-        ssize_t w = ::write(fd, buffer + off, static_cast<size_t>(n - off));
-        if (w <= 0) return;
-        off += w;
-      }
+  ASSERT_TRUE(p.server.records) << p.serverError;
+  ASSERT_TRUE(p.client.records) << p.clientError;
+  // The server side echoes everything back, reading and writing at once as tallyd's threads do.
+  std::thread echo([&] {
+    frame::StreamReader reader(p.serverFd);
+    reader.useRecords(p.server.records.get());
+    std::vector<char> buffer(100000);  // not a multiple of any record size
+    for (size_t done = 0; done < (16u << 20); done += buffer.size()) {
+      size_t chunk = std::min(buffer.size(), (16u << 20) - done);
+      if (!reader.read(buffer.data(), chunk).ok || !sendAll(p.serverFd, *p.server.records, buffer.data(), chunk)) return;
     }
   });
   std::vector<char> sent(16u << 20);
   std::mt19937 rng(7);
   for (char& c : sent) c = static_cast<char>(rng());
   std::thread writer([&] {
-    for (size_t off = 0; off < sent.size();) {
-      ssize_t w = ::write(p.client.plainFd, sent.data() + off, std::min<size_t>(sent.size() - off, 1 << 20));
-      ASSERT_GT(w, 0);
-      off += static_cast<size_t>(w);
+    for (size_t off = 0; off < sent.size(); off += 1 << 20) {
+      ASSERT_TRUE(sendAll(p.clientFd, *p.client.records, sent.data() + off, 1 << 20));
     }
   });
-  std::vector<char> received;
-  received.reserve(sent.size());
-  char buffer[65536];
-  while (received.size() < sent.size()) {
-    ssize_t n = ::read(p.client.plainFd, buffer, sizeof(buffer));
-    ASSERT_GT(n, 0) << "the pump closed after " << received.size() << " bytes";
-    received.insert(received.end(), buffer, buffer + n);
-  }
+  std::vector<char> received(sent.size());
+  frame::StreamReader reader(p.clientFd);
+  reader.useRecords(p.client.records.get());
+  frame::IoStatus status = reader.read(received.data(), received.size());
   writer.join();
-  EXPECT_TRUE(received == sent);
-  ::close(p.client.plainFd);  // the pumps end, the echo sees EOF
   echo.join();
-  ::close(p.server.plainFd);
+  ASSERT_TRUE(status.ok) << status.error;
+  EXPECT_TRUE(received == sent);
+  fs::remove_all(dir);
+}
+
+// What arrives unsealed (or altered) on a TLS connection is an error of that connection.
+TEST(Tls, BytesThatAreNotRecordsFailTheRead) {
+  fs::path dir = fs::temp_directory_path() / ("tally-tls-junk-" + std::to_string(::getpid()));
+  if (!makeCertificates(dir)) GTEST_SKIP() << "openssl (the command) is needed to make test certificates";
+  Pair p = connect(dir, "ca.pem");
+  ASSERT_TRUE(p.server.records) << p.serverError;
+  ASSERT_TRUE(p.client.records) << p.clientError;
+  const char junk[64] = "\x17\x03\x03\x00\x30 plaintext where a record should be";
+  ASSERT_EQ(::write(p.clientFd, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  frame::StreamReader reader(p.serverFd);
+  reader.useRecords(p.server.records.get());
+  char byte;
+  frame::IoStatus status = reader.read(&byte, 1);
+  EXPECT_FALSE(status.ok);
+  EXPECT_FALSE(status.closed);
+  EXPECT_NE(status.error.find("TLS"), std::string::npos) << status.error;
   fs::remove_all(dir);
 }
 
@@ -138,9 +170,9 @@ TEST(Tls, ClientTrustingAnotherCaIsRefusedWithTheReason) {
   fs::path dir = fs::temp_directory_path() / ("tally-tls-ca-" + std::to_string(::getpid()));
   if (!makeCertificates(dir)) GTEST_SKIP() << "openssl (the command) is needed to make test certificates";
   Pair p = connect(dir, "other.pem");
-  EXPECT_LT(p.client.plainFd, 0);
+  EXPECT_FALSE(p.client.records);
   EXPECT_NE(p.clientError.find("unable to get local issuer certificate"), std::string::npos) << p.clientError;
-  EXPECT_LT(p.server.plainFd, 0);
+  EXPECT_FALSE(p.server.records);
   EXPECT_FALSE(p.serverError.empty());
   fs::remove_all(dir);
 }
@@ -152,12 +184,11 @@ TEST(Tls, PeerSubjectIsTheWholeEscapedRfc2253Subject) {
   }
   Pair p = connectWith(serverConfig(dir, "ca.pem"), {(dir / "ca.pem").string(), (dir / "client.pem").string(),
                                                      (dir / "client.key").string(), "localhost"});
-  ASSERT_GE(p.server.plainFd, 0) << p.serverError;
-  ASSERT_GE(p.client.plainFd, 0) << p.clientError;
+  ASSERT_TRUE(p.server.records) << p.serverError;
+  ASSERT_TRUE(p.client.records) << p.clientError;
   EXPECT_GT(p.server.peerSubject.size(), 512u);
   EXPECT_EQ(p.server.peerSubject, longSubjectRfc2253());
   EXPECT_EQ(p.client.peerSubject, "CN=localhost");
-  closeBoth(p);
   fs::remove_all(dir);
 }
 
@@ -168,9 +199,8 @@ TEST(Tls, ServerNameThatCannotBeCheckedWholeFailsTheConnection) {
   if (!makeCertificates(dir)) GTEST_SKIP() << "openssl (the command) is needed to make test certificates";
   const std::string name("localhost\0.evil.example", 23);
   Pair p = connectWith(serverConfig(dir), {(dir / "ca.pem").string(), {}, {}, name});
-  EXPECT_LT(p.client.plainFd, 0) << "connected, verified against a truncated server name";
+  EXPECT_FALSE(p.client.records) << "connected, verified against a truncated server name";
   EXPECT_NE(p.clientError.find("server name"), std::string::npos) << p.clientError;
-  closeBoth(p);
   fs::remove_all(dir);
 }
 

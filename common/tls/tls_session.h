@@ -1,8 +1,10 @@
-// TLS 1.3 for tallyd's TCP connections, kept out of the framing code: after the handshake a
-// pump thread moves bytes between the TLS connection and one end of a socketpair, and the
-// caller does its ordinary blocking framed I/O on the other end. One copy per direction and a
-// thread per connection, in exchange for one code path for every transport (docs/security.md).
+// TLS 1.3 for tallyd's TCP connections. The handshake runs on the socket; after it, OpenSSL
+// only seals and opens records in memory (frame::RecordLayer) and the connection's own reader
+// and writers move them on the socket, so TLS costs the cryptography and nothing else: no relay
+// thread, no extra socket, and the same framing code as every transport (docs/security.md).
 #pragma once
+
+#include "common/frame/record_layer.h"
 
 #include <memory>
 #include <string>
@@ -46,17 +48,16 @@ class Context {
 };
 
 struct Session {
-  int plainFd = -1;         // blocking stream socket carrying the plaintext; owned by the caller
+  std::unique_ptr<frame::RecordLayer> records;  // null when the handshake failed
   // The verified peer certificate's full subject in RFC 2253 form, e.g. "CN=inference-1,O=Example"
   // (most specific first, special characters escaped); "" when it sent none.
   std::string peerSubject;
 };
 
-// Runs the TLS handshake on the connected socket `rawFd` (blocking, at most `timeoutMs`), then
-// starts the pump thread, which owns `rawFd` from then on and ends when either side closes.
-// On failure closes `rawFd` and returns nullopt-like (plainFd -1) with `error` saying why
-// ("certificate verify failed", "wrong version number", a timeout, a server name OpenSSL
-// cannot check ...).
-Session start(const Context& context, int rawFd, int timeoutMs, std::string& error);
+// Runs the TLS handshake on the connected socket `fd` (at most `timeoutMs`) and leaves `fd`
+// blocking, still the caller's, carrying the records of the returned layer. On failure
+// `records` is null and `error` says why ("certificate verify failed", "wrong version number",
+// a timeout, a server name OpenSSL cannot check ...); `fd` is then the caller's to close.
+Session start(const Context& context, int fd, int timeoutMs, std::string& error);
 
 }  // namespace tally::tls

@@ -1,4 +1,4 @@
-#include "common/tls/tls_pipe.h"
+#include "common/tls/tls_session.h"
 
 #include <fcntl.h>
 #include <openssl/err.h>
@@ -9,9 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tally::tls {
@@ -102,78 +103,82 @@ bool expectServerName(SSL* ssl, const std::string& name, std::string& error) {
   return true;
 }
 
-// Moves bytes both ways until either side ends. Both fds non-blocking.
-void pump(SSL* ssl, int rawFd, int plainFd) {
-  SigpipeBlocked quiet;
-  std::vector<char> toPlain, toTls;
-  size_t toPlainAt = 0, toTlsAt = 0;
-  char buffer[64 * 1024];
-  bool tlsOpen = true, plainOpen = true;
-  while (tlsOpen && plainOpen) {
-    short rawEvents = 0, plainEvents = 0;
-    bool progress = false;
-    // TLS -> plaintext
-    if (toPlainAt == toPlain.size()) {
-      toPlain.clear();
-      toPlainAt = 0;
-      int n = SSL_read(ssl, buffer, sizeof(buffer));
-      if (n > 0) {
-        toPlain.assign(buffer, buffer + n);
-        progress = true;
-      } else {
-        int e = SSL_get_error(ssl, n);
-        if (e == SSL_ERROR_WANT_READ) rawEvents |= POLLIN;
-        else if (e == SSL_ERROR_WANT_WRITE) rawEvents |= POLLOUT;
-        else tlsOpen = false;  // closed or failed
-      }
-    }
-    if (toPlainAt < toPlain.size()) {
-      ssize_t n = ::send(plainFd, toPlain.data() + toPlainAt, toPlain.size() - toPlainAt, MSG_NOSIGNAL);
-      if (n > 0) {
-        toPlainAt += static_cast<size_t>(n);
-        progress = true;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        plainEvents |= POLLOUT;
-      } else {
-        plainOpen = false;
-      }
-    }
-    // plaintext -> TLS
-    if (toTlsAt == toTls.size()) {
-      toTls.clear();
-      toTlsAt = 0;
-      ssize_t n = ::recv(plainFd, buffer, sizeof(buffer), 0);
-      if (n > 0) {
-        toTls.assign(buffer, buffer + n);
-        progress = true;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        plainEvents |= POLLIN;
-      } else {
-        plainOpen = false;
-      }
-    }
-    if (toTlsAt < toTls.size()) {
-      int n = SSL_write(ssl, toTls.data() + toTlsAt, static_cast<int>(toTls.size() - toTlsAt));
-      if (n > 0) {
-        toTlsAt += static_cast<size_t>(n);
-        progress = true;
-      } else {
-        int e = SSL_get_error(ssl, n);
-        if (e == SSL_ERROR_WANT_READ) rawEvents |= POLLIN;
-        else if (e == SSL_ERROR_WANT_WRITE) rawEvents |= POLLOUT;
-        else tlsOpen = false;
-      }
-    }
-    if (progress || SSL_pending(ssl) > 0) continue;
-    pollfd fds[2] = {{rawFd, rawEvents, 0}, {plainFd, plainEvents, 0}};
-    ::poll(fds, 2, 1000);
+// The connection's records after the handshake: OpenSSL works on two memory BIOs, the caller's
+// threads move their contents on the socket. One lock serializes OpenSSL between the reader and
+// the writer (an SSL object is not safe for both at once).
+class TlsRecords final : public frame::RecordLayer {
+ public:
+  explicit TlsRecords(SSL* ssl) : ssl_(ssl), in_(BIO_new(BIO_s_mem())), out_(BIO_new(BIO_s_mem())) {
+    // An empty memory BIO means "more to come", never end of stream.
+    BIO_set_mem_eof_return(in_, -1);
+    BIO_set_mem_eof_return(out_, -1);
+    SSL_set_bio(ssl_, in_, out_);  // frees the socket BIO of the handshake (which never closes the fd)
   }
-  if (tlsOpen) SSL_shutdown(ssl);
-  ::shutdown(plainFd, SHUT_RDWR);
-  ::close(plainFd);
-  SSL_free(ssl);
-  ::close(rawFd);
-}
+  ~TlsRecords() override { SSL_free(ssl_); }
+  TlsRecords(const TlsRecords&) = delete;
+  TlsRecords& operator=(const TlsRecords&) = delete;
+
+  bool seal(const void* plain, size_t size, std::vector<char>& wire, std::string& error) override {
+    std::lock_guard lock(mutex_);
+    const char* from = static_cast<const char*>(plain);
+    for (size_t done = 0; done < size;) {
+      int n = SSL_write(ssl_, from + done, static_cast<int>(std::min<size_t>(size - done, 1u << 30)));
+      if (n <= 0) {
+        error = opensslError("TLS: sealing records");
+        return false;
+      }
+      done += static_cast<size_t>(n);
+    }
+    // Also whatever reading produced (a key update's answer): it leaves in order, before these.
+    char* data = nullptr;
+    long pending = BIO_get_mem_data(out_, &data);
+    if (pending > 0) wire.insert(wire.end(), data, data + pending);
+    (void)BIO_reset(out_);
+    return true;
+  }
+
+  bool absorb(const void* wire, size_t size, std::string& error) override {
+    std::lock_guard lock(mutex_);
+    if (BIO_write(in_, wire, static_cast<int>(size)) != static_cast<int>(size)) {
+      error = opensslError("TLS: buffering received records");
+      return false;
+    }
+    return true;
+  }
+
+  ssize_t open(void* plain, size_t size, std::string& error) override {
+    std::lock_guard lock(mutex_);
+    int n = SSL_read(ssl_, plain, static_cast<int>(std::min<size_t>(size, 1u << 30)));
+    if (n > 0) return n;
+    switch (SSL_get_error(ssl_, n)) {
+      case SSL_ERROR_WANT_READ:
+        return 0;
+      case SSL_ERROR_ZERO_RETURN:
+        closed_ = true;
+        return -1;
+      default:
+        error = opensslError("TLS: a received record does not open");
+        return -1;
+    }
+  }
+
+  bool peerClosed() const override {
+    std::lock_guard lock(mutex_);
+    return closed_;
+  }
+
+  bool hasPlaintext() const override {
+    std::lock_guard lock(mutex_);
+    return SSL_pending(ssl_) > 0 || BIO_ctrl_pending(in_) > 0;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  SSL* ssl_;
+  BIO* in_;
+  BIO* out_;
+  bool closed_ = false;
+};
 
 }  // namespace
 
@@ -185,6 +190,7 @@ std::unique_ptr<Context> Context::forServer(const ServerConfig& config, std::str
   }
   std::unique_ptr<Context> c(new Context(ctx, true, {}));
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_num_tickets(ctx, 0);  // no resumption: nothing may arrive behind the handshake unasked
   if (SSL_CTX_use_certificate_chain_file(ctx, config.certFile.c_str()) != 1) {
     error = opensslError("server certificate " + config.certFile);
     return nullptr;
@@ -233,49 +239,38 @@ std::unique_ptr<Context> Context::forClient(const ClientConfig& config, std::str
 
 Context::~Context() { SSL_CTX_free(ctx_); }
 
-Session start(const Context& context, int rawFd, int timeoutMs, std::string& error) {
-  SigpipeBlocked quiet;
+Session start(const Context& context, int fd, int timeoutMs, std::string& error) {
+  SigpipeBlocked quiet;  // the handshake writes to the socket through OpenSSL
   Session result;
   SSL* ssl = SSL_new(context.native());
   if (ssl == nullptr) {
     error = opensslError("SSL_new");
-    ::close(rawFd);
     return result;
   }
-  SSL_set_fd(ssl, rawFd);
+  SSL_set_fd(ssl, fd);
   SSL_clear_mode(ssl, SSL_MODE_AUTO_RETRY);
-  SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (!context.isServer() && !context.serverName().empty() && !expectServerName(ssl, context.serverName(), error)) {
     SSL_free(ssl);
-    ::close(rawFd);
     return result;
   }
-  setNonBlocking(rawFd, true);
+  setNonBlocking(fd, true);
   int rc = 0;
   while ((rc = context.isServer() ? SSL_accept(ssl) : SSL_connect(ssl)) != 1) {
     int e = SSL_get_error(ssl, rc);
     short events = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
-    if (events == 0 || !waitFor(rawFd, events, timeoutMs)) {
+    if (events == 0 || !waitFor(fd, events, timeoutMs)) {
       long verify = SSL_get_verify_result(ssl);
       error = events != 0 ? "TLS handshake timed out"
               : verify != X509_V_OK ? std::string("TLS: ") + X509_verify_cert_error_string(verify)
                                     : opensslError("TLS handshake");
       SSL_free(ssl);
-      ::close(rawFd);
+      setNonBlocking(fd, false);
       return result;
     }
   }
-  int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    error = "socketpair for the TLS pump failed";
-    SSL_free(ssl);
-    ::close(rawFd);
-    return result;
-  }
+  setNonBlocking(fd, false);
   result.peerSubject = subjectOf(ssl);
-  setNonBlocking(pair[1], true);
-  std::thread(pump, ssl, rawFd, pair[1]).detach();
-  result.plainFd = pair[0];
+  result.records = std::make_unique<TlsRecords>(ssl);
   return result;
 }
 
