@@ -5,6 +5,7 @@
 // give that a native one does — its own modules, streams and memory, freed when it is
 // destroyed — is listed in docs/compatibility.md and the README.
 #include "client/api/api_util.h"
+#include "client/api/context_storage.h"
 #include "client/api/peer_access.h"
 
 #include <cudaProfiler.h>
@@ -135,10 +136,14 @@ TALLY_API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
 }
 
 TALLY_API CUresult cuDevicePrimaryCtxRelease(CUdevice device) { return validDevice(device); }
+// A runtime linked into the application keeps its state of the context in context-local
+// storage: released here, it builds it anew (modules included) on its next call.
 TALLY_API CUresult cuDevicePrimaryCtxReset(CUdevice device) {
   return guardDriver(__func__, [&] {
-    CUresult r = validDevice(device);
-    return r == CUDA_SUCCESS ? resetDevice(static_cast<uint32_t>(device)) : r;
+    if (CUresult r = validDevice(device); r != CUDA_SUCCESS) return r;
+    CUresult r = resetDevice(static_cast<uint32_t>(device));
+    tally::client::context_storage::release(Contexts::get().primary(device));
+    return r;
   });
 }
 TALLY_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice device, unsigned int) { return validDevice(device); }
@@ -180,6 +185,7 @@ TALLY_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
     t.device = c->device;
     CUresult r = synchronizeDevice();
     t.device = device;
+    tally::client::context_storage::release(ctx);
     Contexts::get().destroy(ctx);
     if (!t.contextStack.empty() && t.contextStack.back() == ctx) popCurrent(nullptr);
     return r;

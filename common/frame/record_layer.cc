@@ -2,6 +2,7 @@
 
 #include "common/frame/socket_io.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -12,8 +13,11 @@ namespace {
 // frame in one record.
 constexpr size_t kSealChunk = 256u << 10;
 
+// Per call, not per thread: a runtime linked into the application sends from its exit handlers,
+// after the main thread's thread_local objects are gone.
 struct SealBuffers {
-  std::vector<char> plain = std::vector<char>(kSealChunk);
+  explicit SealBuffers(size_t bytes) : plain(std::min(bytes, kSealChunk)) {}
+  std::vector<char> plain;
   std::vector<char> wire;
 };
 
@@ -35,14 +39,16 @@ bool flush(int fd, RecordLayer& layer, SealBuffers& buffers, size_t staged, int&
 
 size_t sendSealed(int fd, RecordLayer& layer, std::span<const iovec> parts, int& error, size_t firstForeign,
                   ForeignCopyFn foreignCopy) {
-  thread_local SealBuffers buffers;
+  size_t total = 0;
+  for (const iovec& part : parts) total += part.iov_len;
+  SealBuffers buffers(total);
   error = 0;
   size_t sent = 0, staged = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const char* from = static_cast<const char*>(parts[i].iov_base);
     const bool foreign = i >= firstForeign && foreignCopy != nullptr;
     for (size_t left = parts[i].iov_len; left > 0;) {
-      size_t chunk = std::min(left, kSealChunk - staged);
+      size_t chunk = std::min(left, buffers.plain.size() - staged);
       char* to = buffers.plain.data() + staged;
       bool copied = true;
       if (foreign) {
@@ -58,7 +64,7 @@ size_t sendSealed(int fd, RecordLayer& layer, std::span<const iovec> parts, int&
       staged += chunk;
       from += chunk;
       left -= chunk;
-      if (staged == kSealChunk) {
+      if (staged == buffers.plain.size()) {
         if (!flush(fd, layer, buffers, staged, error)) return sent;
         sent += staged;
         staged = 0;

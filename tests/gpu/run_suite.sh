@@ -42,14 +42,15 @@ PAIR_SKIP=${GPU_SUITE_PAIR_SKIP-host_threads}
 # Programs that need memory shared with tallyd (a Unix socket): not run over TCP.
 UDS_ONLY=${GPU_SUITE_UDS_ONLY-host_register managed_memory graph_host_nodes}
 
-# Keep in sync with TALLY_GPU_TEST_PROGRAMS in CMakeLists.txt.
+# Keep in sync with TALLY_GPU_TEST_PROGRAMS in CMakeLists.txt (static_runtime: its own target,
+# linked with the static CUDA runtime).
 ALL_PROGRAMS=(
   vector_add reduction_atomics grids_2d_3d dynamic_smem templates_structs symbols
   streams_events pinned_async host_threads driver_ptx error_cases memcpy_2d
   host_callbacks coop_launch_ex device_query large_transfers warp_ops kernel_printf
   stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding driver_contexts
   stream_memory_ops graph_explicit jit_link textures_surfaces visible_devices host_register managed_memory
-  library_management graph_host_nodes per_thread_stream
+  library_management graph_host_nodes per_thread_stream static_runtime
 )
 
 # ---------------------------------------------------------------- GPU present?

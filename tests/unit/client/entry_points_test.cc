@@ -9,7 +9,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <thread>
 
 // cudaGetDriverEntryPoint is deprecated in CUDA 13 but still exported (PyTorch calls it first).
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -274,19 +277,59 @@ TEST_F(EntryPoints, TheContextArgumentOfCuda13SyncAndDeviceQueries) {
   EXPECT_EQ(cuCtxSynchronize_v2(reinterpret_cast<CUcontext>(&notAContext)), CUDA_ERROR_INVALID_CONTEXT);
 }
 
-// The private tables are refused with NotSupported (never a table the runtime would misread),
-// but the lookup is found, so a statically linked runtime reports NotSupported, not an old driver.
-TEST_F(EntryPoints, ExportTablesAreRefusedButTheLookupExists) {
+CUuuid uuidOf(std::initializer_list<unsigned char> bytes) {
+  CUuuid id;
+  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<unsigned char*>(id.bytes));
+  return id;
+}
+
+template <typename Fn>
+Fn slotOf(const void* table, size_t index) {
+  return reinterpret_cast<Fn>(static_cast<const void* const*>(table)[index]);
+}
+
+// The tables a statically linked CUDA runtime needs are served (size word first); an unknown one
+// is refused with a null table, never something the runtime would misread.
+TEST_F(EntryPoints, ExportTablesForAStaticRuntimeAreServedAndUnknownOnesRefused) {
   void* fn = nullptr;
   ASSERT_EQ(cuGetProcAddress("cuGetExportTable", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, nullptr), CUDA_SUCCESS);
-  const unsigned char cudartInterfaceBytes[16] = {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a,
-                                                  0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9};
-  CUuuid cudartInterface;
-  std::memcpy(cudartInterface.bytes, cudartInterfaceBytes, 16);
-  const void* table = &fn;
-  EXPECT_EQ(cuGetExportTable(&table, &cudartInterface), CUDA_ERROR_NOT_SUPPORTED);
+  CUuuid runtimeInterface = uuidOf({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9});
+  const void* table = nullptr;
+  ASSERT_EQ(cuGetExportTable(&table, &runtimeInterface), CUDA_SUCCESS);
+  EXPECT_EQ(static_cast<const uintptr_t*>(table)[0], 13 * sizeof(void*));
+  CUcontext viaTable = nullptr, primary = nullptr;
+  EXPECT_EQ(slotOf<CUresult (*)(CUcontext*, CUdevice)>(table, 2)(&viaTable, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  EXPECT_EQ(viaTable, primary);
+
+  CUuuid unknown = uuidOf({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  table = &fn;
+  EXPECT_EQ(cuGetExportTable(&table, &unknown), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(table, nullptr);
-  EXPECT_EQ(cuGetExportTable(nullptr, &cudartInterface), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGetExportTable(nullptr, &runtimeInterface), CUDA_ERROR_INVALID_VALUE);
+}
+
+// The integrity answer the runtime checks depends on the time it passes and on the calling
+// thread (it recomputes it from its own view), and is the same when asked again alike.
+TEST_F(EntryPoints, IntegrityCheckDependsOnTimeAndThread) {
+  CUuuid integrity = uuidOf({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2});
+  const void* table = nullptr;
+  ASSERT_EQ(cuGetExportTable(&table, &integrity), CUDA_SUCCESS);
+  using Check = CUresult (*)(unsigned, unsigned long long, unsigned long long*);
+  auto check = slotOf<Check>(table, 1);
+  auto answer = [&](unsigned version, unsigned long long seconds) {
+    std::array<unsigned long long, 2> out{};
+    EXPECT_EQ(check(version, seconds, out.data()), CUDA_SUCCESS);
+    return out;
+  };
+  EXPECT_EQ(answer(13000, 1), answer(13000, 2)) << "the first two answers are constants";
+  EXPECT_NE(answer(13000, 1), answer(13001, 1));
+  auto first = answer(13002, 1000);
+  EXPECT_EQ(first, answer(13002, 1000));
+  EXPECT_NE(first, answer(13002, 1001));
+  std::array<unsigned long long, 2> fromAnotherThread{};
+  std::thread([&] { fromAnotherThread = answer(13002, 1000); }).join();
+  EXPECT_NE(first, fromAnotherThread);
 }
 
 }  // namespace
