@@ -7,6 +7,7 @@
 #   bench/trace/run_trace.sh <build dir> [out dir] [-- client command...]
 #
 # Writes client.tsv, tallyd.tsv, report.json and tallyd.log to the out dir (default: a temp dir).
+# TRACE_TRANSPORT=tcp: the client reaches tallyd over TCP loopback instead of the Unix socket.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -20,8 +21,15 @@ CLIENT=("$@")
 nvidia-smi -L >/dev/null 2>&1 || { echo "SKIP: no GPU visible"; exit 77; }
 
 SOCK=$OUT/tallyd.sock
+SERVER="unix:$SOCK"
+LISTEN=(--listen "$SERVER")
+if [[ ${TRACE_TRANSPORT:-unix} == tcp ]]; then
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  SERVER="tcp://127.0.0.1:$PORT"
+  LISTEN+=(--listen "$SERVER")
+fi
 rm -f "$SOCK" "$OUT/client.tsv" "$OUT/tallyd.tsv"
-"$BUILD/server/tallyd" --listen "unix:$SOCK" --trace-calls "$OUT/tallyd.tsv" >"$OUT/tallyd.log" 2>&1 &
+"$BUILD/server/tallyd" "${LISTEN[@]}" --trace-calls "$OUT/tallyd.tsv" >"$OUT/tallyd.log" 2>&1 &
 TALLYD=$!
 trap 'kill $TALLYD 2>/dev/null; wait $TALLYD 2>/dev/null' EXIT
 for _ in $(seq 100); do [[ -S $SOCK ]] && break; sleep 0.1; done
@@ -29,7 +37,7 @@ for _ in $(seq 100); do [[ -S $SOCK ]] && break; sleep 0.1; done
 
 HIDE=()
 [[ $(id -u) -eq 0 ]] && HIDE=(unshare -m bash "$ROOT/tests/gpu/hide_gpu.sh" "$OUT/olddev")
-"${HIDE[@]}" env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_PRIORITY=high \
+"${HIDE[@]}" env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="$SERVER" TALLY_PRIORITY=high \
   TALLY_TRACE="$OUT/client.tsv" "${CLIENT[@]}" >"$OUT/client.out" 2>&1
 rc=$?
 kill "$TALLYD"; wait "$TALLYD" 2>/dev/null; trap - EXIT

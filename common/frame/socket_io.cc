@@ -156,15 +156,14 @@ IoStatus StreamReader::readRingDirect(char* dst, size_t size) {
   return {};
 }
 
-// Opens what was received; receives more records (waiting as for plain bytes) until a whole one
-// is there. Descriptors never come this way.
-IoStatus StreamReader::refillFromRecords() {
+// Opens received records into `dst` (at most `size` bytes), receiving more (waiting as for plain
+// bytes) until a whole one is there. Descriptors never come this way.
+IoStatus StreamReader::openRecords(char* dst, size_t size, size_t& opened) {
   std::string why;
   for (;;) {
-    ssize_t n = records_->open(buffer_.data(), buffer_.size(), why);
+    ssize_t n = records_->open(dst, size, why);
     if (n > 0) {
-      begin_ = 0;
-      end_ = static_cast<size_t>(n);
+      opened = static_cast<size_t>(n);
       return {};
     }
     if (n < 0) return records_->peerClosed() ? IoStatus{false, true, "peer closed the connection"} : IoStatus::failure(why);
@@ -177,6 +176,14 @@ IoStatus StreamReader::refillFromRecords() {
     if (got < 0) return receiveError("recv");
     if (!records_->absorb(wire_.data(), static_cast<size_t>(got), why)) return IoStatus::failure(why);
   }
+}
+
+IoStatus StreamReader::refillFromRecords() {
+  size_t opened = 0;
+  IoStatus status = openRecords(buffer_.data(), buffer_.size(), opened);
+  begin_ = 0;
+  end_ = opened;
+  return status;
 }
 
 IoStatus StreamReader::refill() {
@@ -205,6 +212,13 @@ IoStatus StreamReader::read(void* dst, size_t size) {
     if (begin_ == end_) {
       // Large remainders bypass the buffer (descriptors only accompany small frames).
       if (size - done >= buffer_.size() && ring_ != nullptr) return readRingDirect(out + done, size - done);
+      if (size - done >= buffer_.size() && records_ != nullptr) {
+        size_t opened = 0;
+        IoStatus status = openRecords(out + done, size - done, opened);
+        if (!status.ok) return IoStatus::failure(fmt::format("peer gone mid-frame after {} of {} bytes: {}", done, size, status.error));
+        done += opened;
+        continue;
+      }
       if (size - done >= buffer_.size() && records_ == nullptr) {
         ssize_t n = waitReadable() ? ::recv(fd_, out + done, size - done, 0) : -1;
         if (n > 0) {

@@ -79,6 +79,7 @@ class StreamReader {
   IoStatus queueDescriptors(msghdr& msg);
   IoStatus refillFromRing();
   IoStatus refillFromRecords();
+  IoStatus openRecords(char* dst, size_t size, size_t& opened);
   IoStatus readRingDirect(char* dst, size_t size);
   void receiveRingDescriptors();
   unsigned spinMicros_ = 0;

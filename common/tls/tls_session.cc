@@ -180,6 +180,13 @@ class TlsRecords final : public frame::RecordLayer {
   bool closed_ = false;
 };
 
+// TLS 1.3 only. AES-128-GCM first: as safe for this purpose and the fastest where AES-NI is
+// there, which bounds bulk copies over TLS.
+void restrictToTls13(SSL_CTX* ctx) {
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
+}
+
 }  // namespace
 
 std::unique_ptr<Context> Context::forServer(const ServerConfig& config, std::string& error) {
@@ -189,7 +196,7 @@ std::unique_ptr<Context> Context::forServer(const ServerConfig& config, std::str
     return nullptr;
   }
   std::unique_ptr<Context> c(new Context(ctx, true, {}));
-  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  restrictToTls13(ctx);
   SSL_CTX_set_num_tickets(ctx, 0);  // no resumption: nothing may arrive behind the handshake unasked
   if (SSL_CTX_use_certificate_chain_file(ctx, config.certFile.c_str()) != 1) {
     error = opensslError("server certificate " + config.certFile);
@@ -221,7 +228,7 @@ std::unique_ptr<Context> Context::forClient(const ClientConfig& config, std::str
     return nullptr;
   }
   std::unique_ptr<Context> c(new Context(ctx, false, config.serverName));
-  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  restrictToTls13(ctx);
   if (SSL_CTX_load_verify_locations(ctx, config.caFile.c_str(), nullptr) != 1) {
     error = opensslError("CA " + config.caFile);
     return nullptr;
