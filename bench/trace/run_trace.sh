@@ -26,7 +26,9 @@ LISTEN=(--listen "$SERVER")
 if [[ ${TRACE_TRANSPORT:-unix} == tcp ]]; then
   PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   SERVER="tcp://127.0.0.1:$PORT"
-  LISTEN+=(--listen "$SERVER")
+  # An anonymous TCP peer may ask for high priority only when the configuration allows it.
+  printf 'allow_anonymous_high_priority = true\n' >"$OUT/tallyd.toml"
+  LISTEN+=(--listen "$SERVER" --config "$OUT/tallyd.toml")
 fi
 rm -f "$SOCK" "$OUT/client.tsv" "$OUT/tallyd.tsv"
 "$BUILD/server/tallyd" "${LISTEN[@]}" --trace-calls "$OUT/tallyd.tsv" >"$OUT/tallyd.log" 2>&1 &

@@ -9,7 +9,8 @@
 //     (client/api/context_storage.cc);
 //   - context checks: "nothing unusual about this context";
 //   - the integrity check: an HMAC-MD2 over the process, the thread, the tables' addresses and
-//     the devices as this library reports them, which the runtime recomputes and compares.
+//     the devices as this library reports them, which the runtime recomputes and compares;
+//   - a table of NVIDIA's libraries (cuFFT), of which only three slots are known.
 // Each table's first word is its size in bytes (context-local storage has none and ends with a
 // null slot). Other tables are refused with NotSupported, logged once by name.
 #include "client/api/api_util.h"
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace tally::client;
@@ -195,6 +197,61 @@ const Slot* integrityTable() {
   return table;
 }
 
+// ---- a table NVIDIA's libraries ask for (cuFFT running in the application) ----------------------
+// Only three slots are known, from what public re-implementations observed (Lupine); every other
+// slot logs its index and arguments once and answers NotSupported, so a library that needs more
+// says exactly what.
+
+// Whether `ctx` names a context (1) or not (0).
+CUresult contextPresent(CUcontext ctx, unsigned long long* out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = ctx != nullptr ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult zeroAnswer(void*, void* query, unsigned long long* out) {
+  if (query == nullptr || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = 0;
+  return CUDA_SUCCESS;
+}
+
+// An opaque object the library only passes back: zeros, larger than it was seen to read.
+CUresult emptyObject(void*, uintptr_t handle, const void** out) {
+  alignas(64) static const uint64_t object[64] = {};
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (handle == UINTPTR_MAX) return CUDA_ERROR_INVALID_HANDLE;
+  *out = object;
+  return CUDA_SUCCESS;
+}
+
+template <size_t kSlot>
+CUresult unexploredSlot(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    spdlog::warn("tally: slot {} of the driver's library table {{21318c60}} was called ({:#x}, {:#x}, {:#x}, {:#x}): "
+                 "not supported", kSlot, a0, a1, a2, a3);
+  });
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+constexpr size_t kLibraryTableSlots = 100;
+
+template <size_t... kSlots>
+std::array<Slot, kLibraryTableSlots> libraryTableWith(std::index_sequence<kSlots...>) {
+  std::array<Slot, kLibraryTableSlots> table = {slot(unexploredSlot<kSlots>)...};
+  table[0] = sizeWord(kLibraryTableSlots);
+  table[4] = slot(contextPresent);
+  table[39] = slot(zeroAnswer);
+  table[51] = slot(emptyObject);
+  return table;
+}
+
+const Slot* libraryTable() {
+  static const std::array<Slot, kLibraryTableSlots> table =
+      libraryTableWith(std::make_index_sequence<kLibraryTableSlots>());
+  return table.data();
+}
+
 // ---- lookup -------------------------------------------------------------------------------------
 
 struct ExportTable {
@@ -223,6 +280,9 @@ constexpr ExportTable kExportTables[] = {
     {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
      "integrity check",
      integrityTable},
+    {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2},
+     "library support",
+     libraryTable},
     // Asked for before cuInit and optional: the runtime goes on without it.
     {{0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
      "runtime start-up",

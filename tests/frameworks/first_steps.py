@@ -36,6 +36,10 @@ def jax_steps():
     import jax
     import jax.numpy as jnp
 
+    try:
+        jax.devices("cuda")
+    except RuntimeError as e:  # JAX would fall back to the CPU without a word: say why not
+        sys.exit(f"JAX has no CUDA backend: {e}")
     device = jax.devices()[0]
     print("platform", device.platform, flush=True)
     if device.platform != "gpu":
