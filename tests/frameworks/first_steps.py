@@ -5,7 +5,10 @@ non-zero when the framework does not run on the GPU (JAX silently falls back to 
 
     python3 first_steps.py cupy|jax
 """
+import logging
 import sys
+
+logging.basicConfig(level=logging.WARNING)  # a framework's own warnings say why it left the GPU
 
 
 def show(name, value):
