@@ -33,7 +33,6 @@ using namespace tally::client;
 
 namespace {
 
-using Uuid = std::array<unsigned char, 16>;
 using Slot = const void*;
 
 template <typename Fn>
@@ -255,38 +254,22 @@ const Slot* libraryTable() {
 // ---- lookup -------------------------------------------------------------------------------------
 
 struct ExportTable {
-  Uuid id;
+  const char* id;  // as uuidText() writes it
   const char* name;
   const Slot* (*table)();  // null: refused
 };
 
 // Names as the public projects that observed these requests use them.
 constexpr ExportTable kExportTables[] = {
-    {{0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9},
-     "runtime interface",
-     runtimeInterface},
-    {{0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66},
-     "tools runtime hooks",
-     toolCallbackHooks},
-    {{0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc},
-     "tools thread-local storage",
-     toolThreadLocals},
-    {{0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93},
-     "context-local storage",
-     contextLocalStorage},
-    {{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e},
-     "context checks",
-     contextChecks},
-    {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
-     "integrity check",
-     integrityTable},
-    {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2},
-     "library support",
-     libraryTable},
+    {"6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", "runtime interface", runtimeInterface},
+    {"a094798c-2e74-2e74-93f2-0800200c0a66", "tools runtime hooks", toolCallbackHooks},
+    {"42d85a81-23f6-cb47-8298-f6e78a3aecdc", "tools thread-local storage", toolThreadLocals},
+    {"c693336e-1121-df11-a8c3-68f355d89593", "context-local storage", contextLocalStorage},
+    {"263e8860-7cd2-6143-92f6-bbd5006dfa7e", "context checks", contextChecks},
+    {"d4082055-bde6-704b-8d34-ba123c66e1f2", "integrity check", integrityTable},
+    {"21318c60-9714-3248-8ca6-41ff7324c8f2", "library support", libraryTable},
     // Asked for before cuInit and optional: the runtime goes on without it.
-    {{0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
-     "runtime start-up",
-     nullptr},
+    {"f8cff951-2146-8b4e-b9e2-fb469e7c0dd9", "runtime start-up", nullptr},
 };
 
 std::string uuidText(const CUuuid& id) {
@@ -301,19 +284,19 @@ std::string uuidText(const CUuuid& id) {
   return text;
 }
 
-const ExportTable* findTable(const CUuuid& id) {
+const ExportTable* findTable(const std::string& id) {
   for (const ExportTable& t : kExportTables) {
-    if (std::memcmp(t.id.data(), id.bytes, 16) == 0) return &t;
+    if (id == t.id) return &t;
   }
   return nullptr;
 }
 
 // True the first time `id` is asked for.
-bool firstRequest(const CUuuid& id) {
+bool firstRequest(const std::string& id) {
   static std::mutex mutex;
   static std::set<std::string> seen;
   std::lock_guard lock(mutex);
-  return seen.insert(uuidText(id)).second;
+  return seen.insert(id).second;
 }
 
 }  // namespace
@@ -321,16 +304,17 @@ bool firstRequest(const CUuuid& id) {
 TALLY_API CUresult cuGetExportTable(const void** table, const CUuuid* id) {
   if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *table = nullptr;
-  const ExportTable* known = findTable(*id);
+  const std::string name = uuidText(*id);
+  const ExportTable* known = findTable(name);
   if (known != nullptr && known->table != nullptr) {
     *table = known->table();
     return CUDA_SUCCESS;
   }
-  if (firstRequest(*id)) {
+  if (firstRequest(name)) {
     if (known != nullptr) {
-      spdlog::debug("tally: cuGetExportTable({{{}}}, {}): not served (optional)", uuidText(*id), known->name);
+      spdlog::debug("tally: cuGetExportTable({{{}}}, {}): not served (optional)", name, known->name);
     } else {
-      spdlog::warn("tally: cuGetExportTable({{{}}}): an unknown driver table, not served", uuidText(*id));
+      spdlog::warn("tally: cuGetExportTable({{{}}}): an unknown driver table, not served", name);
     }
   }
   return CUDA_ERROR_NOT_SUPPORTED;
