@@ -658,11 +658,13 @@ PEER_NOTE = ("**Peer access** (`cudaDeviceCanAccessPeer`, `cudaDeviceGetP2PAttri
 
 EXPORT_TABLE_NOTE = ("**Programs with their own CUDA runtime** (linked statically: nvcc's default without "
                      "`-cudart shared`, CuPy's wheels, JAX's CUDA plugin) reach the driver through "
-                     "`cuGetExportTable`'s private tables, whose layouts are undocumented and through which the "
-                     "runtime checks the driver's validity. `cuGetExportTable` is implemented only to refuse "
-                     "every table with NotSupported and log which one was asked for, so such a program stops "
-                     "at its first CUDA call with `cudaErrorNotSupported` and a log line that says to build "
-                     "with `-cudart shared` (without it the runtime reported an old driver).")
+                     "`cuGetProcAddress` and `cuGetExportTable`'s private tables, whose layouts NVIDIA does not "
+                     "document. The client serves the tables the CUDA 13 static runtime needs (runtime interface, "
+                     "tool hooks, context-local storage, context checks, and the integrity check the runtime "
+                     "recomputes) and cuFFT's library table with its three known slots; any other table, or an "
+                     "unknown slot of cuFFT's, answers NotSupported and is logged once. Such programs then run "
+                     "as ones built with `-cudart shared` do (docs/architecture.md, \"Programs with their own CUDA "
+                     "runtime\").")
 
 STREAM_ATTRIBUTE_NOTE = ("**Stream attributes** (`cudaStreamSetAttribute`, `cuStreamGetAttribute`, …) are kept by the "
                          "client and read back as set, but reach no GPU: an L2 access policy window would reserve "
