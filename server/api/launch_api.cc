@@ -85,20 +85,23 @@ CUresult launchAttributes(CallContext& ctx, const gpu::Gpu& g, wire::LaunchKerne
   return CUDA_SUCCESS;
 }
 
+// Each pointer of the message is followed (and bounds-checked) once: this runs per launch.
 gpu::LaunchShape shapeOf(wire::LaunchKernel::Reader args) {
   gpu::LaunchShape shape;
-  shape.grid[0] = args.getGrid().getX();
-  shape.grid[1] = args.getGrid().getY();
-  shape.grid[2] = args.getGrid().getZ();
-  shape.block[0] = args.getBlock().getX();
-  shape.block[1] = args.getBlock().getY();
-  shape.block[2] = args.getBlock().getZ();
+  auto grid = args.getGrid();
+  auto block = args.getBlock();
+  shape.grid[0] = grid.getX();
+  shape.grid[1] = grid.getY();
+  shape.grid[2] = grid.getZ();
+  shape.block[0] = block.getX();
+  shape.block[1] = block.getY();
+  shape.block[2] = block.getZ();
   shape.sharedMem = args.getSharedMem();
   return shape;
 }
 
 scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f, session::StreamState& s,
-                                     wire::LaunchKernel::Reader args, void** params) {
+                                     wire::LaunchKernel::Reader args, capnp::Data::Reader buffer, void** params) {
   auto& counters = ctx.tenant().counters();
   scheduler::KernelLaunch k;
   k.tenant = ctx.tenant().id();
@@ -112,7 +115,7 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
   k.ptb = f.ptb;
   k.profileKey = &f.profileKey;
   k.shape = shapeOf(args);
-  k.paramBuffer = std::span<const uint8_t>(args.getParams().begin(), args.getParams().size());
+  k.paramBuffer = std::span<const uint8_t>(buffer.begin(), buffer.size());
   k.paramLayout = &f.params;
   k.paramPointers = params;
   k.slicedLaunches = &counters.slicedLaunches;
@@ -149,7 +152,7 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   // The application sized a cooperative grid for every SM of the device: an SM partition could
   // not hold it at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE where it runs natively).
   if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::kWholeGpu);
-  scheduler::KernelLaunch k = kernelLaunch(ctx, *f, *s, args, params);
+  scheduler::KernelLaunch k = kernelLaunch(ctx, *f, *s, args, buffer, params);
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
   k.attributes = attributes.view();
