@@ -821,6 +821,53 @@ TALLY_API CUresult cuMemHostGetDevicePointer(CUdeviceptr* device, void* host, un
   return static_cast<CUresult>(cudaHostGetDevicePointer(reinterpret_cast<void**>(device), host, flags));
 }
 
+namespace {
+
+// One attribute of a pointer the client knows (`attr` from describePointer).
+CUresult pointerAttribute(const cudaPointerAttributes& attr, CUpointer_attribute attribute, void* data) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = attr.type == cudaMemoryTypeDevice ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = reinterpret_cast<CUdeviceptr>(attr.devicePointer);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      *static_cast<void**>(data) = attr.hostPointer;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = attr.device;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<unsigned*>(data) = attr.type == cudaMemoryTypeManaged ? 1 : 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      return cuDevicePrimaryCtxRetain(static_cast<CUcontext*>(data), attr.device);
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+// The bytes cuPointerGetAttributes writes for `attribute` (its default for an unknown pointer).
+size_t pointerAttributeBytes(CUpointer_attribute attribute) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      return sizeof(void*);
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+      return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
+    default:
+      return sizeof(int);
+  }
+}
+
+}  // namespace
+
 TALLY_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   return guardDriver(__func__, [&] {
     if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -828,21 +875,27 @@ TALLY_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribu
     cudaPointerAttributes attr;
     describePointer(reinterpret_cast<const void*>(ptr), attr);
     if (attr.type == cudaMemoryTypeUnregistered) return CUDA_ERROR_INVALID_VALUE;
-    switch (attribute) {
-      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *static_cast<unsigned*>(data) = attr.type == cudaMemoryTypeDevice ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-        return CUDA_SUCCESS;
-      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        *static_cast<CUdeviceptr*>(data) = reinterpret_cast<CUdeviceptr>(attr.devicePointer);
-        return CUDA_SUCCESS;
-      case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *static_cast<void**>(data) = attr.hostPointer;
-        return CUDA_SUCCESS;
-      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *static_cast<int*>(data) = attr.device;
-        return CUDA_SUCCESS;
-      default:
-        return CUDA_ERROR_NOT_SUPPORTED;
+    return pointerAttribute(attr, attribute, data);
+  });
+}
+
+// Unlike the singular call, a pointer the driver does not know is no error: every attribute gets
+// its zero default. An attribute the client cannot answer is NotSupported, as in the singular.
+TALLY_API CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                                         CUdeviceptr ptr) {
+  return guardDriver(__func__, [&] {
+    if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
+    cudaPointerAttributes attr;
+    describePointer(reinterpret_cast<const void*>(ptr), attr);
+    for (unsigned i = 0; i < count; ++i) {
+      if (data[i] == nullptr) continue;
+      if (attr.type == cudaMemoryTypeUnregistered) {
+        std::memset(data[i], 0, pointerAttributeBytes(attributes[i]));
+        continue;
+      }
+      if (CUresult r = pointerAttribute(attr, attributes[i], data[i]); r != CUDA_SUCCESS) return r;
     }
+    return CUDA_SUCCESS;
   });
 }

@@ -43,6 +43,15 @@ CUresult setFunctionAttribute(FunctionHandle* f, int attribute, int value) {
   return r;
 }
 
+// cuOccupancyAvailableDynamicSMemPerBlock / its runtime twin.
+CUresult availableDynamicSmem(FunctionHandle* f, size_t* bytes, int numBlocks, int blockSize) {
+  if (f == nullptr || bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t value = 0;
+  CUresult r = rt().queryOccupancy(*f, {blockSize, 0, 0, true, numBlocks}, value);
+  if (r == CUDA_SUCCESS) *bytes = value;
+  return r;
+}
+
 CUresult occupancy(FunctionHandle* f, int* blocks, int blockSize, size_t dynamicSmem, unsigned flags) {
   if (f == nullptr || blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t value = 0;
@@ -257,10 +266,7 @@ TALLY_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, c
     if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
     FunctionHandle* f = nullptr;
     if (CUresult r = runtimeFunction(func, f); r != CUDA_SUCCESS) return r;
-    uint64_t value = 0;
-    CUresult r = rt().queryOccupancy(*f, {blockSize, 0, 0, true, numBlocks}, value);
-    if (r == CUDA_SUCCESS) *bytes = value;
-    return r;
+    return availableDynamicSmem(f, bytes, numBlocks, blockSize);
   });
 }
 
@@ -603,4 +609,9 @@ TALLY_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blo
 TALLY_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function, int blockSize,
                                                                size_t dynamicSmem) {
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, function, blockSize, dynamicSmem, 0);
+}
+
+TALLY_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction function, int numBlocks,
+                                                           int blockSize) {
+  return guardDriver(__func__, [&] { return availableDynamicSmem(asFunction(function), bytes, numBlocks, blockSize); });
 }

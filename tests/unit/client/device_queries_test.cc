@@ -85,3 +85,45 @@ TEST(StreamQueries, IdsAreDistinctAndDevicesKnown) {
 }
 
 }  // namespace
+
+namespace {
+
+// cuPointerGetAttributes answers a pointer the driver knows like the singular call, and gives a
+// pointer it does not know the zero defaults instead of an error (as natively).
+TEST(DeviceQueries, PointerAttributesOfKnownAndUnknownPointers) {
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 256), cudaSuccess);
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  unsigned type = 0, managed = 7;
+  int ordinal = -1;
+  CUcontext ctx = nullptr;
+  void* out[] = {&type, &ordinal, &ctx, &managed};
+  ASSERT_EQ(cuPointerGetAttributes(4, which, out, reinterpret_cast<CUdeviceptr>(device)), CUDA_SUCCESS);
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_DEVICE));
+  EXPECT_EQ(ordinal, 0);
+  CUcontext primary = nullptr;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, primary);
+  EXPECT_EQ(managed, 0u);
+  unsigned singular = 0;
+  EXPECT_EQ(cuPointerGetAttribute(&singular, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(device)),
+            CUDA_SUCCESS);
+  EXPECT_EQ(singular, type);
+
+  int onStack = 0;
+  type = 9;
+  ordinal = 9;
+  ctx = primary;
+  managed = 9;
+  ASSERT_EQ(cuPointerGetAttributes(4, which, out, reinterpret_cast<CUdeviceptr>(&onStack)), CUDA_SUCCESS);
+  EXPECT_EQ(type, 0u);
+  EXPECT_EQ(ordinal, 0);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_EQ(managed, 0u);
+  EXPECT_EQ(cuPointerGetAttribute(&singular, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(&onStack)),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cudaFree(device), cudaSuccess);
+}
+
+}  // namespace
