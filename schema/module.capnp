@@ -3,6 +3,7 @@
 # once per server; each tenant still gets its own module instance (its own __device__ globals).
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("tally::wire");
+using Launch = import "launch.capnp";
 
 enum ImageKind {
   cubin @0;
@@ -85,6 +86,15 @@ struct Occupancy {
   flags @3 :UInt32;
   availableDynamicSmem @4 :Bool;  # cuOccupancyAvailableDynamicSMemPerBlock(numBlocks, blockSize)
   numBlocks @5 :Int32;
+  clusters @6 :ClusterOccupancy;  # set: a question about thread-block clusters (dynamicSmem applies)
+}
+
+# cuOccupancyMaxActiveClusters / cuOccupancyMaxPotentialClusterSize for one launch configuration.
+struct ClusterOccupancy {
+  grid @0 :Launch.Dim3;
+  block @1 :Launch.Dim3;
+  clusterDim @2 :Launch.Dim3;     # 0,0,0: none given (the kernel's compile-time cluster, if any)
+  potentialSize @3 :Bool;         # the largest cluster size instead of the number of clusters
 }
 
 # Driver JIT linking (cuLink*): the link state lives in tallyd, where the driver's linker runs,

@@ -48,7 +48,9 @@ size_t maxDynamicSharedMemory(const FunctionHandle& f) {
 // A cooperative grid must be resident all at once; the runtime refuses larger ones up front.
 CUresult checkCooperativeFits(const FunctionHandle& f, const LaunchShape& s) {
   uint64_t perSm = 0;
-  CUresult r = rt().queryOccupancy(f, {static_cast<int>(s.block.x * s.block.y * s.block.z), s.sharedMem, 0, false, 0}, perSm);
+  CUresult r = rt().queryOccupancy(
+      f, ClientRuntime::OccupancyQuery::maxActiveBlocks(static_cast<int>(s.block.x * s.block.y * s.block.z), s.sharedMem, 0),
+      perSm);
   if (r != CUDA_SUCCESS) return r;
   uint64_t sms = static_cast<uint64_t>(rt().device(static_cast<int>(f.module->device)).attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
   uint64_t blocks = static_cast<uint64_t>(s.grid.x) * s.grid.y * s.grid.z;

@@ -47,15 +47,51 @@ CUresult setFunctionAttribute(FunctionHandle* f, int attribute, int value) {
 CUresult availableDynamicSmem(FunctionHandle* f, size_t* bytes, int numBlocks, int blockSize) {
   if (f == nullptr || bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t value = 0;
-  CUresult r = rt().queryOccupancy(*f, {blockSize, 0, 0, true, numBlocks}, value);
+  CUresult r = rt().queryOccupancy(*f, ClientRuntime::OccupancyQuery::availableSmem(blockSize, numBlocks), value);
   if (r == CUDA_SUCCESS) *bytes = value;
   return r;
+}
+
+// cuOccupancyMaxActiveClusters / MaxPotentialClusterSize and their runtime twins: the
+// configuration's grid, block, dynamic shared memory and cluster attribute, asked of tallyd.
+CUresult clusterOccupancy(FunctionHandle* f, int* value, ClientRuntime::OccupancyQuery::Clusters clusters,
+                          size_t dynamicSmem) {
+  if (f == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ClientRuntime::OccupancyQuery q;
+  q.dynamicSmem = dynamicSmem;
+  q.clusters = clusters;
+  uint64_t answer = 0;
+  CUresult r = rt().queryOccupancy(*f, q, answer);
+  if (r == CUDA_SUCCESS) *value = static_cast<int>(answer);
+  return r;
+}
+
+ClientRuntime::OccupancyQuery::Clusters clustersOf(const CUlaunchConfig& c, bool potentialSize) {
+  ClientRuntime::OccupancyQuery::Clusters q{{c.gridDimX, c.gridDimY, c.gridDimZ},
+                                            {c.blockDimX, c.blockDimY, c.blockDimZ}, {}, potentialSize};
+  for (unsigned i = 0; c.attrs != nullptr && i < c.numAttrs; ++i) {
+    if (c.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    const auto& d = c.attrs[i].value.clusterDim;
+    q.clusterDim = {d.x, d.y, d.z};
+  }
+  return q;
+}
+
+ClientRuntime::OccupancyQuery::Clusters clustersOf(const cudaLaunchConfig_t& c, bool potentialSize) {
+  ClientRuntime::OccupancyQuery::Clusters q{{c.gridDim.x, c.gridDim.y, c.gridDim.z},
+                                            {c.blockDim.x, c.blockDim.y, c.blockDim.z}, {}, potentialSize};
+  for (unsigned i = 0; c.attrs != nullptr && i < c.numAttrs; ++i) {
+    if (c.attrs[i].id != cudaLaunchAttributeClusterDimension) continue;
+    const auto& d = c.attrs[i].val.clusterDim;
+    q.clusterDim = {d.x, d.y, d.z};
+  }
+  return q;
 }
 
 CUresult occupancy(FunctionHandle* f, int* blocks, int blockSize, size_t dynamicSmem, unsigned flags) {
   if (f == nullptr || blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t value = 0;
-  CUresult r = rt().queryOccupancy(*f, {blockSize, dynamicSmem, flags, false, 0}, value);
+  CUresult r = rt().queryOccupancy(*f, ClientRuntime::OccupancyQuery::maxActiveBlocks(blockSize, dynamicSmem, flags), value);
   if (r == CUDA_SUCCESS) *blocks = static_cast<int>(value);
   return r;
 }
@@ -268,6 +304,27 @@ TALLY_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, c
     if (CUresult r = runtimeFunction(func, f); r != CUDA_SUCCESS) return r;
     return availableDynamicSmem(f, bytes, numBlocks, blockSize);
   });
+}
+
+namespace {
+cudaError_t runtimeClusterOccupancy(const char* api, int* value, const void* func, const cudaLaunchConfig_t* config,
+                                    bool potentialSize) {
+  return guardRuntime(api, [&] {
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    FunctionHandle* f = nullptr;
+    if (CUresult r = runtimeFunction(func, f); r != CUDA_SUCCESS) return r;
+    return clusterOccupancy(f, value, clustersOf(*config, potentialSize), config->dynamicSmemBytes);
+  });
+}
+}  // namespace
+
+TALLY_API cudaError_t cudaOccupancyMaxActiveClusters(int* numClusters, const void* func, const cudaLaunchConfig_t* config) {
+  return runtimeClusterOccupancy(__func__, numClusters, func, config, false);
+}
+
+TALLY_API cudaError_t cudaOccupancyMaxPotentialClusterSize(int* clusterSize, const void* func,
+                                                           const cudaLaunchConfig_t* config) {
+  return runtimeClusterOccupancy(__func__, clusterSize, func, config, true);
 }
 
 TALLY_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t* out, const void* symbol) {
@@ -609,6 +666,20 @@ TALLY_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blo
 TALLY_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function, int blockSize,
                                                                size_t dynamicSmem) {
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, function, blockSize, dynamicSmem, 0);
+}
+
+TALLY_API CUresult cuOccupancyMaxActiveClusters(int* numClusters, CUfunction function, const CUlaunchConfig* config) {
+  return guardDriver(__func__, [&] {
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return clusterOccupancy(asFunction(function), numClusters, clustersOf(*config, false), config->sharedMemBytes);
+  });
+}
+
+TALLY_API CUresult cuOccupancyMaxPotentialClusterSize(int* clusterSize, CUfunction function, const CUlaunchConfig* config) {
+  return guardDriver(__func__, [&] {
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return clusterOccupancy(asFunction(function), clusterSize, clustersOf(*config, true), config->sharedMemBytes);
+  });
 }
 
 TALLY_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction function, int numBlocks,

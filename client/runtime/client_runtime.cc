@@ -683,6 +683,18 @@ CUresult ClientRuntime::queryOccupancy(const FunctionHandle& f, const OccupancyQ
     o.setFlags(q.flags);
     o.setAvailableDynamicSmem(q.availableDynamicSmem);
     o.setNumBlocks(q.numBlocks);
+    if (q.clusters) {
+      auto c = o.initClusters();
+      auto set = [](wire::Dim3::Builder d, const std::array<unsigned, 3>& v) {
+        d.setX(v[0]);
+        d.setY(v[1]);
+        d.setZ(v[2]);
+      };
+      set(c.initGrid(), q.clusters->grid);
+      set(c.initBlock(), q.clusters->block);
+      set(c.initClusterDim(), q.clusters->clusterDim);
+      c.setPotentialSize(q.clusters->potentialSize);
+    }
   }, &reply);
   if (r == CUDA_SUCCESS) value = reply.reply().getValue();
   return r;

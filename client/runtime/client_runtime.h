@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -163,6 +164,27 @@ class ClientRuntime {
     unsigned flags = 0;
     bool availableDynamicSmem = false;  // ask for bytes of dynamic smem left with numBlocks
     int numBlocks = 0;
+    // Thread-block clusters: the configuration the question is about (set: a cluster question).
+    struct Clusters {
+      std::array<unsigned, 3> grid{}, block{}, clusterDim{};
+      bool potentialSize = false;  // the largest cluster size, else the number of active clusters
+    };
+    std::optional<Clusters> clusters;
+
+    static OccupancyQuery maxActiveBlocks(int blockSize, size_t dynamicSmem, unsigned flags) {
+      OccupancyQuery q;
+      q.blockSize = blockSize;
+      q.dynamicSmem = dynamicSmem;
+      q.flags = flags;
+      return q;
+    }
+    static OccupancyQuery availableSmem(int blockSize, int numBlocks) {
+      OccupancyQuery q;
+      q.blockSize = blockSize;
+      q.availableDynamicSmem = true;
+      q.numBlocks = numBlocks;
+      return q;
+    }
   };
   CUresult queryOccupancy(const FunctionHandle& f, const OccupancyQuery& q, uint64_t& value);
   CUresult loadModuleImage(const void* image, uint32_t device, ModuleHandle*& out);

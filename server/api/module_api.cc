@@ -2,6 +2,8 @@
 // arrival, so one tenant cannot plant code under another's hash); each tenant loads its own
 // module instance and so has its own __device__ globals.
 #include "server/api/call_context.h"
+
+#include <algorithm>
 #include "server/api/request_checks.h"
 
 #include "common/hash/content_hash.h"
@@ -188,10 +190,41 @@ void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
   ctx.finish(r);
 }
 
+// The launch configuration a cluster question is about; no stream (the driver does not need one).
+CUresult clusterOccupancy(CUfunction function, uint64_t dynamicSmem, wire::ClusterOccupancy::Reader q, int& value) {
+  CUlaunchConfig config{};
+  auto grid = q.getGrid();
+  auto block = q.getBlock();
+  auto cluster = q.getClusterDim();
+  config.gridDimX = grid.getX();
+  config.gridDimY = grid.getY();
+  config.gridDimZ = grid.getZ();
+  config.blockDimX = block.getX();
+  config.blockDimY = block.getY();
+  config.blockDimZ = block.getZ();
+  config.sharedMemBytes = static_cast<unsigned>(std::min<uint64_t>(dynamicSmem, UINT32_MAX));
+  CUlaunchAttribute clusterDim{};
+  if (cluster.getX() != 0) {
+    clusterDim.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    clusterDim.value.clusterDim.x = cluster.getX();
+    clusterDim.value.clusterDim.y = cluster.getY();
+    clusterDim.value.clusterDim.z = cluster.getZ();
+    config.attrs = &clusterDim;
+    config.numAttrs = 1;
+  }
+  return q.getPotentialSize() ? cuOccupancyMaxPotentialClusterSize(&value, function, &config)
+                              : cuOccupancyMaxActiveClusters(&value, function, &config);
+}
+
 void occupancy(CallContext& ctx, wire::Occupancy::Reader args) {
   session::FunctionState* f = ctx.tenant().modules().function(args.getFunction());
   if (f == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   f->gpu->makeCurrent();
+  if (args.hasClusters()) {
+    int value = 0;
+    CUresult r = clusterOccupancy(f->function, args.getDynamicSmem(), args.getClusters(), value);
+    return ctx.finish(r, [&](wire::Reply::Builder reply) { reply.setValue(static_cast<uint64_t>(value)); });
+  }
   if (args.getAvailableDynamicSmem()) {
     size_t bytes = 0;
     CUresult r = cuOccupancyAvailableDynamicSMemPerBlock(&bytes, f->function, args.getNumBlocks(), args.getBlockSize());

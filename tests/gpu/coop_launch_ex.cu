@@ -162,6 +162,43 @@ int main() {
     expect(check_result("cudaLaunchKernelExC(cooperative)", grid), "cooperative attribute via ExC");
   }
 
+  // Thread-block clusters: how many 2-block clusters of `scale` fit at once, and the largest
+  // cluster it could use (sm_90), through the runtime and the driver.
+  {
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 2;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(64);
+    cfg.blockDim = dim3(kThreads);
+    cfg.attrs = cluster;
+    cfg.numAttrs = 1;
+    int clusters = 0, largest = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, scale, &cfg));
+    cfg.numAttrs = 0;
+    CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, scale, &cfg));
+    cudaFunction_t fn = nullptr;
+    CHECK(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(scale)));
+    CUlaunchAttribute driverCluster{};
+    driverCluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    driverCluster.value.clusterDim.x = 2;
+    driverCluster.value.clusterDim.y = 1;
+    driverCluster.value.clusterDim.z = 1;
+    CUlaunchConfig driverCfg{};
+    driverCfg.gridDimX = 64;
+    driverCfg.gridDimY = driverCfg.gridDimZ = 1;
+    driverCfg.blockDimX = kThreads;
+    driverCfg.blockDimY = driverCfg.blockDimZ = 1;
+    driverCfg.attrs = &driverCluster;
+    driverCfg.numAttrs = 1;
+    int driverClusters = 0;
+    CU_CHECK(cuOccupancyMaxActiveClusters(&driverClusters, reinterpret_cast<CUfunction>(fn), &driverCfg));
+    std::printf("clusters of 2 active at once %d (driver %d), largest cluster %d\n", clusters, driverClusters, largest);
+    expect(clusters > 0 && clusters == driverClusters && largest >= 2, "cluster occupancy");
+  }
+
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaFree(d_in));
   CHECK(cudaFree(d_partial));
