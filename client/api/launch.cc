@@ -100,22 +100,60 @@ CUresult launchRuntime(const void* func, dim3 grid, dim3 block, void** args, siz
   return launch(f, LaunchShape{grid, block, sharedMem}, stream, packArguments(*f, args), cooperative, attributes);
 }
 
-// Launch attributes tallyd can apply without touching other tenants.
+// One launch attribute, sorted by what tallyd does with it. Forwarded: what tallyd applies
+// without touching other tenants (priority within the tenant's band, clusters, cluster
+// scheduling, cooperative). Dropped: hints whose absence only makes the launch more ordered or
+// leaves a cache setting at its default (programmatic serialization, memory-sync domains, L2
+// access windows, the synchronization policy, the shared-memory carveout): the kernel runs as
+// an ordinary launch does. Anything else (completion events, graph-only attributes) is refused.
+CUresult addAttribute(const CUlaunchAttribute& a, std::vector<LaunchAttr>& out, bool& cooperative) {
+  switch (a.id) {
+    case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+      cooperative = cooperative || a.value.cooperative != 0;
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      out.push_back({a.id, static_cast<unsigned>(a.value.priority), 0, 0});
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+      out.push_back({a.id, a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z});
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      out.push_back({a.id, static_cast<unsigned>(a.value.clusterSchedulingPolicyPreference), 0, 0});
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+    case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      return CUDA_SUCCESS;
+    default:
+      spdlog::warn("tally: launch attribute {} is not supported", static_cast<int>(a.id));
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult translateAttributes(const CUlaunchAttribute* attrs, unsigned count, std::vector<LaunchAttr>& out,
+                             bool& cooperative) {
+  for (unsigned i = 0; attrs != nullptr && i < count; ++i) {
+    if (CUresult r = addAttribute(attrs[i], out, cooperative); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+// The runtime's attributes are the driver's under other names: same ids, same value layout.
+static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute));
+static_assert(static_cast<int>(cudaLaunchAttributeProgrammaticStreamSerialization) ==
+              static_cast<int>(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION));
 CUresult translateAttributes(const cudaLaunchAttribute* attrs, unsigned count, std::vector<LaunchAttr>& out,
                              bool& cooperative) {
-  for (unsigned i = 0; i < count; ++i) {
-    const cudaLaunchAttribute& a = attrs[i];
-    switch (a.id) {
-      case cudaLaunchAttributeIgnore: break;
-      case cudaLaunchAttributeCooperative: cooperative = cooperative || a.val.cooperative != 0; break;
-      case cudaLaunchAttributePriority: out.push_back({CU_LAUNCH_ATTRIBUTE_PRIORITY, static_cast<unsigned>(a.val.priority), 0, 0}); break;
-      case cudaLaunchAttributeClusterDimension:
-        out.push_back({CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, a.val.clusterDim.x, a.val.clusterDim.y, a.val.clusterDim.z});
-        break;
-      default:
-        spdlog::warn("tally: launch attribute {} is not supported", static_cast<int>(a.id));
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
+  for (unsigned i = 0; attrs != nullptr && i < count; ++i) {
+    CUlaunchAttribute driver{};
+    driver.id = static_cast<CUlaunchAttributeID>(attrs[i].id);
+    std::memcpy(&driver.value, &attrs[i].val, sizeof(driver.value));
+    if (CUresult r = addAttribute(driver, out, cooperative); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
@@ -230,17 +268,8 @@ TALLY_API CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, 
     if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
     std::vector<LaunchAttr> attributes;
     bool cooperative = false;
-    for (unsigned i = 0; i < config->numAttrs; ++i) {
-      const CUlaunchAttribute& a = config->attrs[i];
-      if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
-        cooperative = cooperative || a.value.cooperative != 0;
-      } else if (a.id == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
-        attributes.push_back({a.id, static_cast<unsigned>(a.value.priority), 0, 0});
-      } else if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-        attributes.push_back({a.id, a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z});
-      } else if (a.id != CU_LAUNCH_ATTRIBUTE_IGNORE) {
-        return CUDA_ERROR_NOT_SUPPORTED;
-      }
+    if (CUresult r = translateAttributes(config->attrs, config->numAttrs, attributes, cooperative); r != CUDA_SUCCESS) {
+      return r;
     }
     LaunchShape shape{dim3(config->gridDimX, config->gridDimY, config->gridDimZ),
                       dim3(config->blockDimX, config->blockDimY, config->blockDimZ), config->sharedMemBytes};

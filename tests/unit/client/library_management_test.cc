@@ -264,6 +264,31 @@ TEST_F(LibraryManagement, ALibraryKernelLaunchesThroughTheRuntimeAndTheDriver) {
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   EXPECT_EQ(server->lastLaunchFunction(), server->functionIdOf("kernel_a"));
 
+  // Hints that only loosen ordering or tune caches are dropped and the kernel launches as an
+  // ordinary launch (XLA sets them); an attribute with effects beyond the launch is refused.
+  CUlaunchAttribute hints[2] = {};
+  hints[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  hints[0].value.programmaticStreamSerializationAllowed = 1;
+  hints[1].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+  hints[1].value.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+  CUlaunchConfig ex{};
+  ex.gridDimX = ex.gridDimY = ex.gridDimZ = 1;
+  ex.blockDimX = 32;
+  ex.blockDimY = ex.blockDimZ = 1;
+  ex.attrs = hints;
+  ex.numAttrs = 2;
+  launches = server->callsOf(wire::Call::LAUNCH_KERNEL);
+  ASSERT_EQ(cuLaunchKernelEx(&ex, function, args, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(server->callsOf(wire::Call::LAUNCH_KERNEL), launches + 1);
+  CUlaunchAttribute completion{};
+  completion.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+  ex.attrs = &completion;
+  ex.numAttrs = 1;
+  EXPECT_EQ(cuLaunchKernelEx(&ex, function, args, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(server->callsOf(wire::Call::LAUNCH_KERNEL), launches + 1) << "a refused launch reaches no GPU";
+
   ASSERT_EQ(cudaLibraryUnload(library), cudaSuccess);
   launches = server->callsOf(wire::Call::LAUNCH_KERNEL);
   EXPECT_EQ(cudaLaunchKernel(func, dim3(1), dim3(1), args, 0, nullptr), cudaErrorInvalidResourceHandle);
