@@ -22,7 +22,6 @@
 
 #include <array>
 #include <cstring>
-#include <ctime>
 #include <mutex>
 #include <set>
 #include <string>

@@ -219,7 +219,7 @@ IoStatus StreamReader::read(void* dst, size_t size) {
         done += opened;
         continue;
       }
-      if (size - done >= buffer_.size() && records_ == nullptr) {
+      if (size - done >= buffer_.size()) {
         ssize_t n = waitReadable() ? ::recv(fd_, out + done, size - done, 0) : -1;
         if (n > 0) {
           done += static_cast<size_t>(n);
