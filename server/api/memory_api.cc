@@ -289,7 +289,11 @@ void set(CallContext& ctx, wire::Memset::Reader args) {
   std::optional<PitchedRegion> region = memsetRegion(args);
   std::optional<uint64_t> extent = region ? regionExtent(*region) : std::nullopt;
   gpu::Gpu* g = extent ? ctx.tenant().memory().ownerOf(args.getDst(), *extent) : nullptr;
-  if (g == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  if (g == nullptr) {
+    spdlog::info("tenant {} ({}): memset of {} bytes at {:#x} (element size {}) refused: not the tenant's memory",
+                 ctx.tenant().id(), ctx.tenant().name(), extent.value_or(0), args.getDst(), args.getElementSize());
+    return ctx.finish(CUDA_ERROR_INVALID_VALUE);
+  }
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   CUresult r = memsetAsync(args, region->pitch, region->height, s->stream);
