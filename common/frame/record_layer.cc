@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace tally::frame {
 namespace {
@@ -15,9 +16,12 @@ constexpr size_t kSealChunk = 256u << 10;
 
 // Per call, not per thread: a runtime linked into the application sends from its exit handlers,
 // after the main thread's thread_local objects are gone.
+// The plaintext staging is not zeroed: every byte sealed was copied in first.
 struct SealBuffers {
-  explicit SealBuffers(size_t bytes) : plain(std::min(bytes, kSealChunk)) {}
-  std::vector<char> plain;
+  explicit SealBuffers(size_t bytes)
+      : capacity(std::min(bytes, kSealChunk)), plain(std::make_unique_for_overwrite<char[]>(capacity)) {}
+  size_t capacity;
+  std::unique_ptr<char[]> plain;
   std::vector<char> wire;
 };
 
@@ -25,7 +29,7 @@ struct SealBuffers {
 bool flush(int fd, RecordLayer& layer, SealBuffers& buffers, size_t staged, int& error) {
   buffers.wire.clear();
   std::string why;
-  if (!layer.seal(buffers.plain.data(), staged, buffers.wire, why)) {
+  if (!layer.seal(buffers.plain.get(), staged, buffers.wire, why)) {
     error = EPROTO;
     return false;
   }
@@ -48,8 +52,8 @@ size_t sendSealed(int fd, RecordLayer& layer, std::span<const iovec> parts, int&
     const char* from = static_cast<const char*>(parts[i].iov_base);
     const bool foreign = i >= firstForeign && foreignCopy != nullptr;
     for (size_t left = parts[i].iov_len; left > 0;) {
-      size_t chunk = std::min(left, buffers.plain.size() - staged);
-      char* to = buffers.plain.data() + staged;
+      size_t chunk = std::min(left, buffers.capacity - staged);
+      char* to = buffers.plain.get() + staged;
       bool copied = true;
       if (foreign) {
         copied = foreignCopy(to, from, chunk);
@@ -64,7 +68,7 @@ size_t sendSealed(int fd, RecordLayer& layer, std::span<const iovec> parts, int&
       staged += chunk;
       from += chunk;
       left -= chunk;
-      if (staged == buffers.plain.size()) {
+      if (staged == buffers.capacity) {
         if (!flush(fd, layer, buffers, staged, error)) return sent;
         sent += staged;
         staged = 0;

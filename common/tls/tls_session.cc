@@ -130,10 +130,14 @@ class TlsRecords final : public frame::RecordLayer {
       done += static_cast<size_t>(n);
     }
     // Also whatever reading produced (a key update's answer): it leaves in order, before these.
-    char* data = nullptr;
-    long pending = BIO_get_mem_data(out_, &data);
-    if (pending > 0) wire.insert(wire.end(), data, data + pending);
-    (void)BIO_reset(out_);
+    // Read out rather than reset: a memory BIO's reset clears its whole buffer first.
+    const size_t pending = BIO_ctrl_pending(out_);
+    const size_t at = wire.size();
+    wire.resize(at + pending);
+    if (pending > 0 && BIO_read(out_, wire.data() + at, static_cast<int>(pending)) != static_cast<int>(pending)) {
+      error = opensslError("TLS: taking sealed records");
+      return false;
+    }
     return true;
   }
 
