@@ -374,10 +374,19 @@ CUresult copyDescriptor(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
 
 // --- memset ----------------------------------------------------------------------------
 
-// A memset of managed memory is the host's, after the stream's earlier work.
-CUresult memsetManaged(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t width, size_t height, size_t pitch,
-                       uint64_t streamId) {
+// Whether a memset of `dst` is done by the client: managed memory, and pinned memory tallyd
+// does not share (over TCP), which programs may set through its unified address as natively.
+// tallyd sets shared pinned memory itself, in stream order.
+bool memsetOnHost(CUdeviceptr dst) {
   auto region = rt().findHostRegion(reinterpret_cast<const void*>(dst));
+  return region && (region->second.managed || !region->second.shared);
+}
+
+// A memset the host does, after the stream's earlier work.
+CUresult memsetHostMemory(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t width, size_t height,
+                          size_t pitch, uint64_t streamId) {
+  auto region = rt().findHostRegion(reinterpret_cast<const void*>(dst));
+  if (!region) return CUDA_ERROR_INVALID_VALUE;
   size_t rowBytes = 0, extent = 0;
   if (__builtin_mul_overflow(width, elementSize, &rowBytes) || __builtin_mul_overflow(pitch, height - 1, &extent) ||
       __builtin_add_overflow(extent, rowBytes, &extent) || dst - region->first + extent > region->second.size) {
@@ -398,7 +407,7 @@ CUresult memset(CUdeviceptr dst, uint32_t value, unsigned elementSize, size_t wi
   if (CUresult r = checkMemsetShape({dst, elementSize, width, height, pitch}); r != CUDA_SUCCESS) return r;
   uint64_t streamId = rt().streamId(stream);
   if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
-  if (isManaged(dst)) return memsetManaged(dst, value, elementSize, width, height, pitch, streamId);
+  if (memsetOnHost(dst)) return memsetHostMemory(dst, value, elementSize, width, height, pitch, streamId);
   return rt().post([&](wire::Call::Builder c) {
     auto m = c.initMemset();
     m.setStream(streamId);

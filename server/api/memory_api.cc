@@ -257,8 +257,7 @@ void copy(CallContext& ctx, wire::Memcpy::Reader args) {
   }
 }
 
-CUresult memsetAsync(const wire::Memset::Reader& args, size_t pitch, size_t height, CUstream stream) {
-  CUdeviceptr dst = args.getDst();
+CUresult memsetAsync(const wire::Memset::Reader& args, CUdeviceptr dst, size_t pitch, size_t height, CUstream stream) {
   size_t width = args.getWidth();
   uint32_t value = args.getValue();
   switch (args.getElementSize()) {
@@ -289,14 +288,22 @@ void set(CallContext& ctx, wire::Memset::Reader args) {
   std::optional<PitchedRegion> region = memsetRegion(args);
   std::optional<uint64_t> extent = region ? regionExtent(*region) : std::nullopt;
   gpu::Gpu* g = extent ? ctx.tenant().memory().ownerOf(args.getDst(), *extent) : nullptr;
-  if (g == nullptr) {
+  CUdeviceptr dst = args.getDst();
+  // Pinned memory the tenant shares with tallyd is addressed by the client's pointer (unified
+  // addressing: XLA's autotuner sets such words); the GPU writes it where tallyd mapped it.
+  CUdeviceptr hostShared = g == nullptr && extent ? ctx.tenant().hostMappings().deviceAddress(dst, *extent) : 0;
+  if (g == nullptr && hostShared == 0) {
     spdlog::info("tenant {} ({}): memset of {} bytes at {:#x} (element size {}) refused: not the tenant's memory",
                  ctx.tenant().id(), ctx.tenant().name(), extent.value_or(0), args.getDst(), args.getElementSize());
     return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   }
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
-  CUresult r = memsetAsync(args, region->pitch, region->height, s->stream);
+  if (hostShared != 0) {
+    g = s->gpu;
+    dst = hostShared;
+  }
+  CUresult r = memsetAsync(args, dst, region->pitch, region->height, s->stream);
   if (r != CUDA_SUCCESS) return ctx.finish(r);
   replyWhenDone(ctx, *g, s->stream);
 }

@@ -97,16 +97,20 @@ void* HostMappingTable::hostAddress(uint64_t clientAddress, size_t size) const {
   return static_cast<char*>(it->second.local) + offset;
 }
 
+CUdeviceptr HostMappingTable::deviceAddress(uint64_t clientAddress, size_t size) const {
+  auto it = containing(clientAddress);
+  if (it == mappings_.end() || it->second.device == 0) return 0;
+  uint64_t offset = clientAddress - it->first;
+  if (offset > it->second.size || size > it->second.size - offset) return 0;
+  return it->second.device + offset;
+}
+
 std::optional<HostMappingTable::SharedWord> HostMappingTable::sharedWord(uint64_t clientAddress) const {
   if (clientAddress % sizeof(uint32_t) != 0) return std::nullopt;
-  auto it = containing(clientAddress);
-  if (it == mappings_.end()) return std::nullopt;
-  uint64_t offset = clientAddress - it->first;
-  if (it->second.device == 0 || it->second.size < sizeof(uint32_t) || offset > it->second.size - sizeof(uint32_t)) {
-    return std::nullopt;
-  }
-  auto* local = reinterpret_cast<uint32_t*>(static_cast<char*>(it->second.local) + offset);
-  return SharedWord{local, it->second.device + offset};
+  void* local = hostAddress(clientAddress, sizeof(uint32_t));
+  CUdeviceptr device = deviceAddress(clientAddress, sizeof(uint32_t));
+  if (local == nullptr || device == 0) return std::nullopt;
+  return SharedWord{static_cast<uint32_t*>(local), device};
 }
 
 }  // namespace tally::server::session

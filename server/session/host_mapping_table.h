@@ -56,6 +56,9 @@ class HostMappingTable {
 
   // Local address of [clientAddress, +size) if it lies inside one mapping, else nullptr.
   void* hostAddress(uint64_t clientAddress, size_t size) const;
+  // Where the GPU sees [clientAddress, +size) if it lies inside one device-mapped mapping, else 0.
+  // Programs use pinned pointers as device pointers (unified addressing), e.g. to memset them.
+  CUdeviceptr deviceAddress(uint64_t clientAddress, size_t size) const;
   // A u32 word of a registered mapping, where tallyd and the GPU see it (host callbacks).
   struct SharedWord {
     uint32_t* local;

@@ -100,6 +100,10 @@ TEST(HostMappingTable, LookupsStayInsideOneMapping) {
   EXPECT_FALSE(table.sharedWord(0x1002).has_value());  // misaligned
   EXPECT_FALSE(table.sharedWord(0x103e).has_value());  // straddles the end
   EXPECT_FALSE(table.sharedWord(0x1040).has_value());
+  EXPECT_EQ(table.deviceAddress(0x1000, 64), 0xd000u);
+  EXPECT_EQ(table.deviceAddress(0x1038, 8), 0xd038u);
+  EXPECT_EQ(table.deviceAddress(0x1038, 9), 0u);  // past its end
+  EXPECT_EQ(table.deviceAddress(0xff8, 8), 0u);
 }
 
 TEST(HostMappingTable, AWordWithoutADeviceAddressIsNoSharedWord) {
@@ -108,6 +112,7 @@ TEST(HostMappingTable, AWordWithoutADeviceAddressIsNoSharedWord) {
   table.add(0x1000, HostMapping{words.data(), 16, 0});
   EXPECT_NE(table.hostAddress(0x1000, 4), nullptr);
   EXPECT_FALSE(table.sharedWord(0x1000).has_value());
+  EXPECT_EQ(table.deviceAddress(0x1000, 4), 0u);
 }
 
 TEST(HostMappingTable, AMappingWithAHeldWordStaysMapped) {
