@@ -17,7 +17,10 @@ template <typename Body>
 CUresult guardDriver(const char* api, Body&& body) {
   trace::ApplicationCallScope traced;
   try {
-    return body();
+    CUresult r = body();
+    // TALLY_LOG_LEVEL=debug: which call a framework's unexplained error came from.
+    if (r != CUDA_SUCCESS) spdlog::debug("tally: {} returned {}", api, static_cast<int>(r));
+    return r;
   } catch (const std::exception& e) {
     spdlog::error("tally: {} failed: {}", api, e.what());
   } catch (...) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <cudnn.h>
+#include <cufft.h>
 #include <spdlog/spdlog.h>
 
 namespace tally::client::library {
@@ -26,35 +27,74 @@ bool readScalar(const void* p, size_t size, std::string& out) {
   return false;
 }
 
-// The two libraries' enums differ; each answer is the int of the caller's family.
-int pick(Family f, cudnnStatus_t cudnn, cublasStatus_t cublas) {
-  return f == Family::kCudnn ? static_cast<int>(cudnn) : static_cast<int>(cublas);
+// What the client answers itself, in each library's own status enum.
+struct FamilyStatuses {
+  int notInitialized;   // tallyd unreachable
+  int invalidValue;
+  int badHandle;
+  int executionFailed;  // the connection broke
+  int notSupported;
+};
+
+const FamilyStatuses& statusesOf(Family f) {
+  static constexpr FamilyStatuses kCublas{CUBLAS_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_INVALID_VALUE,
+                                          CUBLAS_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_EXECUTION_FAILED,
+                                          CUBLAS_STATUS_NOT_SUPPORTED};
+  static constexpr FamilyStatuses kCudnn{CUDNN_STATUS_NOT_INITIALIZED, CUDNN_STATUS_BAD_PARAM, CUDNN_STATUS_BAD_PARAM,
+                                         CUDNN_STATUS_EXECUTION_FAILED, CUDNN_STATUS_NOT_SUPPORTED};
+  static constexpr FamilyStatuses kCufft{CUFFT_SETUP_FAILED, CUFFT_INVALID_VALUE, CUFFT_INVALID_PLAN,
+                                         CUFFT_EXEC_FAILED, CUFFT_NOT_SUPPORTED};
+  switch (f) {
+    case Family::kCudnn: return kCudnn;
+    case Family::kCufft: return kCufft;
+    case Family::kCublas:
+    case Family::kCublasLt: break;
+  }
+  return kCublas;
+}
+
+// Version numbers as each library's header encodes them, and the unit of the part that must match.
+struct VersionRule {
+  const char* library;
+  uint64_t built;
+  uint64_t unit;
+};
+
+VersionRule versionRuleOf(Family f) {
+  // cuBLAS keeps its structures within a major version (major*10000 + ...), cuDNN is compared to
+  // the minor (its backend attributes grow between minors: major*10000 + minor*100 + ...), cuFFT
+  // to the major (major*1000 + ...).
+  switch (f) {
+    case Family::kCudnn: return {"cuDNN", CUDNN_VERSION, 100};
+    case Family::kCufft: return {"cuFFT", CUFFT_VERSION, 1000};
+    case Family::kCublas:
+    case Family::kCublasLt: break;
+  }
+  return {"cuBLAS", CUBLAS_VERSION, 10000};
 }
 
 // tallyd runs its own copy of the library; structures that travel by value (heuristic results,
-// perf results, algorithms) must have this client's layout: cuBLAS keeps it within a major
-// version, cuDNN is compared to the minor (its backend attributes grow between minors).
+// perf results, algorithms) must have this client's layout.
 void warnIfVersionDiffers(Family family, const std::string& reply) {
   uint64_t server = 0;
   if (reply.size() != sizeof server) return;
   std::memcpy(&server, reply.data(), sizeof server);
-  uint64_t client = family == Family::kCudnn ? CUDNN_VERSION : CUBLAS_VERSION;
-  // Both encode major*10000 + minor*100 + patch.
-  uint64_t unit = family == Family::kCudnn ? 100 : 10000;
-  if (server / unit == client / unit) return;
-  static std::once_flag once[3];
+  VersionRule rule = versionRuleOf(family);
+  if (server / rule.unit == rule.built / rule.unit) return;
+  static std::once_flag once[kFamilies];
   std::call_once(once[static_cast<int>(family)], [&] {
     spdlog::warn("tally: tallyd runs {} version {}, this client was built against {}; calls whose structures differ "
-                 "between versions may fail", family == Family::kCudnn ? "cuDNN" : "cuBLAS", server, client);
+                 "between versions may fail", rule.library, server, rule.built);
   });
 }
 
 }  // namespace
 
 int successStatus() { return 0; }
-int notInitializedStatus(Family f) { return pick(f, CUDNN_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_NOT_INITIALIZED); }
-int invalidValueStatus(Family f) { return pick(f, CUDNN_STATUS_BAD_PARAM, CUBLAS_STATUS_INVALID_VALUE); }
-int executionFailedStatus(Family f) { return pick(f, CUDNN_STATUS_EXECUTION_FAILED, CUBLAS_STATUS_EXECUTION_FAILED); }
+int notInitializedStatus(Family f) { return statusesOf(f).notInitialized; }
+int invalidValueStatus(Family f) { return statusesOf(f).invalidValue; }
+int badHandleStatus(Family f) { return statusesOf(f).badHandle; }
+int executionFailedStatus(Family f) { return statusesOf(f).executionFailed; }
 
 LibraryHandles& LibraryHandles::get() {
   static LibraryHandles* registry = new LibraryHandles();  // leaked: used from atexit handlers
@@ -100,7 +140,7 @@ void Call::handle(const void* h) {
   // cuBLAS documents that a cuBLAS handle also serves as a cuBLASLt handle.
   bool known = handles.find(h, family_).has_value() ||
                (family_ == Family::kCublasLt && handles.find(h, Family::kCublas).has_value());
-  if (!known) refuse(pick(family_, CUDNN_STATUS_BAD_PARAM, CUBLAS_STATUS_NOT_INITIALIZED));
+  if (!known) refuse(badHandleStatus(family_));
   args_.put(id(h));
 }
 
@@ -232,7 +272,7 @@ int Call::send(bool oneWayAllowed) {
   int status = static_cast<int>(rt().call(build, &reply));
   if (rt().connection().broken()) return executionFailedStatus(family_);
   // A tallyd without this function answers in CUDA's terms.
-  if (status == CUDA_ERROR_NOT_SUPPORTED) return pick(family_, CUDNN_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_NOT_SUPPORTED);
+  if (status == CUDA_ERROR_NOT_SUPPORTED) return statusesOf(family_).notSupported;
   if (status != 0) return status;
   auto out = reply.reply();
   std::string bytes;

@@ -1,4 +1,4 @@
-// Marshalling of one forwarded cuBLAS / cuBLASLt / cuDNN call (generated stubs and the
+// Marshalling of one forwarded cuBLAS / cuBLASLt / cuDNN / cuFFT call (generated stubs and the
 // hand-written functions both use it): each parameter is appended in declaration order as the
 // kind the generator gave it (schema/codegen/gen_library_stubs.py); run() sends the call one-way
 // when it has no outputs, else waits for the reply and copies the outputs into the caller's
@@ -27,12 +27,14 @@ namespace tally::client::library {
 
 using tally::library::ArgWriter;
 
-enum class Family { kCublas, kCublasLt, kCudnn };
+enum class Family { kCublas, kCublasLt, kCudnn, kCufft };
+inline constexpr int kFamilies = 4;
 
 // The library's own status codes for what the client itself decides.
 int successStatus();
 int notInitializedStatus(Family f);  // tallyd unreachable
-int invalidValueStatus(Family f);    // a handle or descriptor that is not ours
+int invalidValueStatus(Family f);    // an argument the client refuses
+int badHandleStatus(Family f);       // a handle that is not ours
 int executionFailedStatus(Family f);  // the connection broke during the call
 // "CUBLAS_STATUS_NOT_SUPPORTED", "CUDNN_STATUS_BAD_PARAM", ... (generated from the headers).
 const char* libraryStatusName(Family family, int status);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate docs/compatibility.md: which CUDA, cuBLAS, cuBLASLt and cuDNN functions the Tally
+"""Generate docs/compatibility.md: which CUDA, cuBLAS, cuBLASLt, cuDNN and cuFFT functions the Tally
 client forwards to tallyd and which return NotSupported.
 
 Usage:
@@ -41,13 +41,13 @@ Families are the Doxygen groups of cuda_runtime_api.h and cuda.h (`\\defgroup CU
 Memory Management`), the ones NVIDIA's API reference is built from; a function belongs to the
 group around its first declaration.  cuBLAS functions are grouped by the section banners of
 cublas_api.h (Helper, BLAS1/2/3, BLAS-like Extension), cuDNN functions by header
-(cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h, cudnn_adv.h), cuBLASLt is one family.
+(cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h, cudnn_adv.h), cuBLASLt is one family, cuFFT another.
 
 cuBLAS and cuDNN stubs are weak too, but a generated stub may marshal the call to tallyd, so
 for those the strong/weak split is refined with gen_library_stubs.py's own classification:
 strong = hand-written, weak and classified = forwarded by the generated stub, weak and not
 classified = NotSupported (with the generator's reason), absent = not intercepted (the
-application's own library gets the call).  cuBLASLt is hand-written only.  Functions that
+application's own library gets the call).  cuBLASLt and cuFFT are hand-written only.  Functions that
 return no status (cudaGetErrorString, cudnnGetVersion) are never stubbed: they are listed as
 implemented when the library defines them.
 
@@ -94,6 +94,7 @@ CUDNN_FAMILIES = {
     "cudnn_adv.h": "cudnn_adv: RNN, multi-head attention, CTC loss",
 }
 CUBLASLT_FAMILY = "cuBLASLt API"
+CUFFT_FAMILY = "cuFFT API (cufft.h, cufftXt.h)"
 CUBLAS_BANNER = re.compile(r"/\*\s*-+\s*CUBLAS\s+(.+?)\s*-+\s*\*/")
 
 
@@ -342,8 +343,8 @@ class LibraryFunction:
         return self.status in (FORWARDED, HAND_WRITTEN)
 
 
-LIBRARY_STATUS_DECL = re.compile(r"\b(?:cublasStatus_t|cudnnStatus_t)\s+(?:CUBLASWINAPI|CUDNNWINAPI)\s+(\w+)\s*\(")
-LIBRARY_ANY_DECL = re.compile(r"\b(?:CUBLASWINAPI|CUDNNWINAPI)\s+(\w+)\s*\(")
+LIBRARY_STATUS_DECL = re.compile(r"\b(?:cublasStatus_t|cudnnStatus_t|cufftResult)\s+(?:CUBLASWINAPI|CUDNNWINAPI|CUFFTAPI)\s+(\w+)\s*\(")
+LIBRARY_ANY_DECL = re.compile(r"\b(?:CUBLASWINAPI|CUDNNWINAPI|CUFFTAPI)\s+(\w+)\s*\(")
 
 
 def library_code(path: str) -> str:
@@ -368,6 +369,7 @@ def library_headers(cuda_inc: str, cudnn_inc: str) -> list[tuple[str, str, str]]
     out = [("cuBLAS", "cublas", os.path.join(cuda_inc, h)) for h in library_stubs.CUBLAS_HEADERS]
     out += [("cuBLASLt", "cublasLt", os.path.join(cuda_inc, h)) for h in library_stubs.CUBLASLT_HEADERS]
     out += [("cuDNN", "cudnn", os.path.join(cudnn_inc, h)) for h in library_stubs.CUDNN_HEADERS]
+    out += [("cuFFT", "cufft", os.path.join(cuda_inc, h)) for h in library_stubs.CUFFT_HEADERS]
     return out
 
 
@@ -376,7 +378,8 @@ def generator_verdict(fn, enums: set) -> tuple[bool, str]:
     library_stubs.decide(fn, enums)
     if fn.kinds is not None:
         return True, ""
-    return False, fn.reason if fn.family == "cublasLt" or fn.name in library_stubs.REFUSED else f"cannot marshal {fn.reason}"
+    hand_only = fn.family in library_stubs.HAND_FORWARDED or fn.name in library_stubs.REFUSED
+    return False, fn.reason if hand_only else f"cannot marshal {fn.reason}"
 
 
 def library_status(fn, exports: dict[str, str], enums: set) -> tuple[str, str]:
@@ -405,6 +408,8 @@ def library_functions(cuda_inc: str, cudnn_inc: str, exports: dict[str, str]) ->
                 family = sections.get(fn.name, UNGROUPED)
             elif api == "cuBLASLt":
                 family = CUBLASLT_FAMILY
+            elif api == "cuFFT":
+                family = CUFFT_FAMILY
             else:
                 family = CUDNN_FAMILIES[os.path.basename(path)]
             status, reason = library_status(fn, exports, enums)
@@ -462,6 +467,7 @@ class Compatibility:
     cuda_version: int
     cublas_version: str
     cudnn_version: str
+    cufft_version: str
     runtime: list          # EntryPoint
     driver: list           # EntryPoint
     runtime_order: list
@@ -497,13 +503,16 @@ def build(cuda_inc: str, cudnn_inc: str, exports: dict[str, str]) -> Compatibili
                                       ["CUBLAS_VER_MAJOR", "CUBLAS_VER_MINOR", "CUBLAS_VER_PATCH"]),
         cudnn_version=header_version(os.path.join(cudnn_inc, "cudnn_version.h"),
                                      ["CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"]),
+        cufft_version=header_version(os.path.join(cuda_inc, "cufft.h"),
+                                     ["CUFFT_VER_MAJOR", "CUFFT_VER_MINOR", "CUFFT_VER_PATCH"]),
         runtime=runtime_entry_points(model, runtime_layout) + runtime_profiler,
         driver=driver_entry_points(model, driver_layout) + driver_profiler,
         runtime_order=runtime_layout.order + runtime_profiler_order,
         driver_order=driver_layout.order + driver_profiler_order,
         libraries=libraries,
         library_order={"cuBLAS": cublas_section_order(cuda_inc), "cuBLASLt": [CUBLASLT_FAMILY],
-                       "cuDNN": [CUDNN_FAMILIES[h] for h in library_stubs.CUDNN_HEADERS]},
+                       "cuDNN": [CUDNN_FAMILIES[h] for h in library_stubs.CUDNN_HEADERS],
+                       "cuFFT": [CUFFT_FAMILY]},
         exports=exports,
         cuda_non_status=runtime_layout.non_status + driver_layout.non_status,
         library_non_status=library_non_status(cuda_inc, cudnn_inc),
@@ -593,7 +602,7 @@ def render_intro(c: Compatibility) -> list[str]:
         "NotSupported.",
         "- **NotSupported** (counted as *not implemented*): a generated stub that logs the function's "
         "name once and returns `cudaErrorNotSupported`, `CUDA_ERROR_NOT_SUPPORTED`, "
-        "`CUBLAS_STATUS_NOT_SUPPORTED` or `CUDNN_STATUS_NOT_SUPPORTED`.",
+        "`CUBLAS_STATUS_NOT_SUPPORTED`, `CUDNN_STATUS_NOT_SUPPORTED` or `CUFFT_NOT_SUPPORTED`.",
     ]
     if not_intercepted(c):
         states.append("- **not intercepted** (also counted as *not implemented*; marked where it "
@@ -605,7 +614,8 @@ def render_intro(c: Compatibility) -> list[str]:
         f"<!-- Generated by {GENERATOR} — do not edit. Regenerate: {REGENERATE} -->",
         "",
         f"Generated by `{GENERATOR}` — do not edit. It is made from the headers of CUDA {cuda}, "
-        f"cuBLAS {c.cublas_version} and cuDNN {c.cudnn_version} and from the dynamic symbol table of "
+        f"cuBLAS {c.cublas_version}, cuDNN {c.cudnn_version} and cuFFT {c.cufft_version} and from the dynamic "
+        "symbol table of "
         "the built `libtally_client.so`. After changing what the client defines, regenerate it with "
         f"`{REGENERATE}`; the test `{CHECK_TEST}` fails while this file is out of date.",
         "",
@@ -633,7 +643,8 @@ def render_summary(c: Compatibility) -> list[str]:
                                ("CUDA driver (`cuda.h`, `cudaProfiler.h`)", cuda_rows(c, "driver")),
                                ("cuBLAS (`cublas_api.h`)", library_rows(c, "cuBLAS")),
                                ("cuBLASLt (`cublasLt.h`)", library_rows(c, "cuBLASLt")),
-                               ("cuDNN (`cudnn_*.h`)", library_rows(c, "cuDNN"))):
+                               ("cuDNN (`cudnn_*.h`)", library_rows(c, "cuDNN")),
+                               ("cuFFT (`cufft.h`, `cufftXt.h`)", library_rows(c, "cuFFT"))):
         implemented = sum(len(r.implemented) for r in rows_of_api)
         missing = sum(len(r.not_implemented) for r in rows_of_api)
         rows.append([label, implemented + missing, implemented, missing])
@@ -740,16 +751,19 @@ def describe_library_function(f: LibraryFunction) -> str:
 LIBRARY_NOTES = {
     "cuBLASLt": "cuBLASLt has no generated forwarding: what `client/library/cublas_lt.cc` does not "
                 "define is a NotSupported stub.",
+    "cuFFT": "cuFFT has no generated forwarding: plans and transforms run in tallyd "
+             "(`client/library/cufft.cc`); multi-GPU plans, callbacks and the other `cufftXt` functions "
+             "are NotSupported stubs.",
 }
 
 
 def render_libraries(c: Compatibility) -> list[str]:
-    out = ["## cuBLAS, cuBLASLt, cuDNN", "",
+    out = ["## cuBLAS, cuBLASLt, cuDNN, cuFFT", "",
            "Functions are named by their exports (`cublasSgemm_v2`, which `cublas_v2.h` calls "
            "`cublasSgemm`). Implemented counts both kinds: hand-written in `client/library` and "
            "forwarded by a stub that `gen_library_stubs.py` generates. A function that is not "
            "implemented is listed with the generator's reason.", ""]
-    for api in ("cuBLAS", "cuBLASLt", "cuDNN"):
+    for api in ("cuBLAS", "cuBLASLt", "cuDNN", "cuFFT"):
         functions = [f for f in c.libraries if f.api == api]
         hand = sum(f.status == HAND_WRITTEN for f in functions)
         forwarded = sum(f.status == FORWARDED for f in functions)
@@ -768,7 +782,7 @@ def not_stubbed_section(c: Compatibility) -> list[str]:
     left = [n for n in names if c.exports.get(n) != STRONG]
     hooks = sorted(n for n, b in c.exports.items() if n.startswith("__cuda") and b == STRONG)
     out = ["## Functions that return no status", "",
-           "The generators stub only functions that return a CUDA, cuBLAS or cuDNN status. Of the "
+           "The generators stub only functions that return a CUDA, cuBLAS, cuDNN or cuFFT status. Of the "
            "others (names, versions, descriptors):", ""]
     if implemented:
         out.append(f"- implemented in the client: {code_list(implemented)}")

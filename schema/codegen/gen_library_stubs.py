@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate the forwarding layer for cuBLAS and cuDNN from their headers.
+"""Generate the forwarding layer for cuBLAS and cuDNN from their headers (and NotSupported
+stubs for what the hand-written cuBLASLt and cuFFT forwarding leaves out).
 
 Usage:
     gen_library_stubs.py --cuda-include DIR [--cudnn-include DIR] --client-out DIR --server-out DIR [--stats]
@@ -7,6 +8,7 @@ Usage:
 Inputs (raw text; comments stripped by gen_cuda_stubs.strip_comments, no preprocessor):
     cublas_api.h                  cublasStatus_t CUBLASWINAPI cublasXxx(...);
     cublasLt.h                    only for weak NotSupported stubs (the Lt API is hand-written)
+    cufft.h, cufftXt.h            the same (cuFFT is hand-written: client/library/cufft.cc)
     cudnn_graph.h, cudnn_ops.h,   cudnnStatus_t CUDNNWINAPI cudnnXxx(...);
     cudnn_cnn.h, cudnn_adv.h
 
@@ -54,6 +56,10 @@ GENERATOR = "schema/codegen/gen_library_stubs.py"
 CUBLAS_HEADERS = ("cublas_api.h",)
 CUBLASLT_HEADERS = ("cublasLt.h",)
 CUDNN_HEADERS = ("cudnn_graph.h", "cudnn_ops.h", "cudnn_cnn.h", "cudnn_adv.h")
+CUFFT_HEADERS = ("cufft.h", "cufftXt.h")
+# Families whose forwarding is written by hand only: the generator gives each function the client
+# does not define a weak NotSupported stub.
+HAND_FORWARDED = {"cublasLt": "cuBLASLt is forwarded by hand only", "cufft": "cuFFT is forwarded by hand only"}
 
 # Written by hand on both sides (client/library/*.cc, server/library/*.cc): handle state the
 # client mirrors, descriptor state kept in the client, version and error-string queries.
@@ -146,7 +152,7 @@ class Function:
 
 
 DEPRECATION = re.compile(r"\bCUDNN_DEPRECATED(_ENUM)?\b")
-PROTO = re.compile(r"\b(cublasStatus_t|cudnnStatus_t)\s+(?:CUBLASWINAPI|CUDNNWINAPI)\s+(\w+)\s*\(([^()]*)\)\s*;")
+PROTO = re.compile(r"\b(cublasStatus_t|cudnnStatus_t|cufftResult)\s+(?:CUBLASWINAPI|CUDNNWINAPI|CUFFTAPI)\s+(\w+)\s*\(([^()]*)\)\s*;")
 
 
 def parse_header(path: str, family: str) -> list[Function]:
@@ -274,28 +280,33 @@ def status_names(paths: list[str], enum_name: str) -> list[tuple[str, int]]:
         out = []
         for item in m.group(1).split(","):
             kv = [x.strip() for x in item.split("=")]
-            if len(kv) == 2 and re.fullmatch(r"\d+", kv[1]):
-                out.append((kv[0], int(kv[1])))
+            if len(kv) == 2 and re.fullmatch(r"\d+|0[xX][0-9a-fA-F]+", kv[1]):
+                out.append((kv[0], int(kv[1], 0)))
         return out
     raise SystemExit(f"enum {enum_name} not found")
 
 
-def status_name_function(cublas: list[tuple[str, int]], cudnn: list[tuple[str, int]]) -> str:
+def status_cases(names: list[tuple[str, int]], unknown: str, indent: str) -> list[str]:
+    """`case` lines of one status enum (the first name of each value), then the default."""
+    lines, seen = [], set()
+    for name, value in names:
+        if value not in seen:
+            seen.add(value)
+            lines.append(f'{indent}case {value}: return "{name}";')
+    return lines + [f'{indent}default: return "{unknown}";']
+
+
+def status_name_function(cublas: list[tuple[str, int]], cudnn: list[tuple[str, int]],
+                         cufft: list[tuple[str, int]]) -> str:
     lines = ["namespace tally::client::library {\n",
              "const char* libraryStatusName(Family family, int status) {",
              "  if (family == Family::kCudnn) {", "    switch (status) {"]
-    seen = set()
-    for name, value in cudnn:
-        if value not in seen:
-            seen.add(value)
-            lines.append(f'      case {value}: return "{name}";')
-    lines += ['      default: return "CUDNN_STATUS_UNKNOWN";', "    }", "  }", "  switch (status) {"]
-    seen = set()
-    for name, value in cublas:
-        if value not in seen:
-            seen.add(value)
-            lines.append(f'    case {value}: return "{name}";')
-    lines += ['    default: return "CUBLAS_STATUS_UNKNOWN";', "  }", "}\n", "}  // namespace tally::client::library\n"]
+    lines += status_cases(cudnn, "CUDNN_STATUS_UNKNOWN", "      ")
+    lines += ["    }", "  }", "  if (family == Family::kCufft) {", "    switch (status) {"]
+    lines += status_cases(cufft, "CUFFT_UNKNOWN", "      ")
+    lines += ["    }", "  }", "  switch (status) {"]
+    lines += status_cases(cublas, "CUBLAS_STATUS_UNKNOWN", "    ")
+    lines += ["  }", "}\n", "}  // namespace tally::client::library\n"]
     return "\n".join(lines) + "\n"
 
 
@@ -303,9 +314,8 @@ def decide(fn: Function, enums: set[str]) -> None:
     """What becomes of a function that is not hand-written: classified (fn.kinds) and forwarded,
     or left a NotSupported stub (kinds None, fn.reason) — cuBLASLt (hand-written client-side) and
     REFUSED functions always. gen_compatibility.py reports the same verdict."""
-    if fn.family == "cublasLt" or fn.name in REFUSED:
-        fn.reason = fn.reason or ("cuBLASLt is forwarded by hand only" if fn.family == "cublasLt"
-                                  else "refused (host arrays or host results)")
+    if fn.family in HAND_FORWARDED or fn.name in REFUSED:
+        fn.reason = fn.reason or HAND_FORWARDED.get(fn.family, "refused (host arrays or host results)")
     else:
         classify(fn, enums)
 
@@ -368,7 +378,8 @@ def param_list(fn: Function) -> str:
 
 
 def not_supported_status(fn: Function) -> str:
-    return "CUBLAS_STATUS_NOT_SUPPORTED" if fn.family in ("cublas", "cublasLt") else "CUDNN_STATUS_NOT_SUPPORTED"
+    return {"cublas": "CUBLAS_STATUS_NOT_SUPPORTED", "cublasLt": "CUBLAS_STATUS_NOT_SUPPORTED",
+            "cufft": "CUFFT_NOT_SUPPORTED"}.get(fn.family, "CUDNN_STATUS_NOT_SUPPORTED")
 
 
 def cast_target(p: Param) -> str:
@@ -477,7 +488,7 @@ def destroyers(functions: list[Function]) -> dict[str, str]:
 
 
 def header(kind: str) -> str:
-    return (f"// Generated by {GENERATOR} from the cuBLAS and cuDNN headers ({kind}). DO NOT EDIT.\n")
+    return (f"// Generated by {GENERATOR} from the cuBLAS, cuDNN and cuFFT headers ({kind}). DO NOT EDIT.\n")
 
 
 def write(path: str, text: str) -> None:
@@ -500,6 +511,7 @@ def main() -> int:
         "cublas": [os.path.join(a.cuda_include, h) for h in CUBLAS_HEADERS],
         "cublasLt": [os.path.join(a.cuda_include, h) for h in CUBLASLT_HEADERS],
         "cudnn": [os.path.join(cudnn_dir, h) for h in CUDNN_HEADERS],
+        "cufft": [os.path.join(a.cuda_include, h) for h in CUFFT_HEADERS],
     }
     enums = enum_types([p for ps in paths.values() for p in ps] +
                        [os.path.join(a.cuda_include, "library_types.h")])
@@ -528,9 +540,10 @@ def main() -> int:
     needed_types = sorted({p.base for fn in marshalled for p, k in zip(fn.params, fn.kinds) if k == "objectOut"})
 
     client = [header("client"), '#include "client/library/library_call.h"\n#include "client/entry/not_supported.h"\n\n'
-              "#include <cublas_api.h>\n#include <cublasLt.h>\n#include <cudnn.h>\n\n"]
+              "#include <cublas_api.h>\n#include <cublasLt.h>\n#include <cudnn.h>\n#include <cufftXt.h>\n\n"]
     client.append(status_name_function(status_names(paths["cublas"], "cublasStatus_t"),
-                                       status_names(paths["cudnn"], "cudnnStatus_t")) + "\n")
+                                       status_names(paths["cudnn"], "cudnnStatus_t"),
+                                       status_names(paths["cufft"], "cufftResult")) + "\n")
     for fn in generated:
         client.append(client_stub(fn) + "\n")
     write(os.path.join(a.client_out, "library_stubs.cc"), "".join(client))
@@ -563,7 +576,7 @@ def main() -> int:
             print(f"{fam}: {ok} forwarded by the generator, {no} NotSupported")
         print(f"hand-written: {len(HAND_WRITTEN)}")
         for fn in generated:
-            if fn.kinds is None and fn.family != "cublasLt":
+            if fn.kinds is None and fn.family not in HAND_FORWARDED:
                 print(f"  NotSupported {fn.name}: {fn.reason}")
     return 0
 

@@ -14,6 +14,8 @@
 #include "server/session/outbox.h"
 #include "server/session/session_services.h"
 #include "server/session/tenant.h"
+
+#include <optional>
 #include "server/transform/cache/variant_store.h"
 
 #include <capnp/message.h>
@@ -75,6 +77,8 @@ class CallContext {
   // all although its arguments are fine (the legacy default stream while a blocking stream
   // captures), so the handler's usual refusal path answers the native error.
   void overrideStatus(CUresult status) { override_ = status; }
+  // The kind of call being answered, named in the debug log of refusals.
+  void setKind(wire::Call::Which kind) { kind_ = kind; }
   ApiServices& services() { return services_; }
   const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
   bool oneWay() const { return callId_ == 0; }
@@ -113,6 +117,7 @@ class CallContext {
   std::string protocolError_;
   session::StreamState* workStream_ = nullptr;
   CUresult override_ = CUDA_SUCCESS;
+  std::optional<wire::Call::Which> kind_;
   CUresult deferred_ = CUDA_SUCCESS;
   std::shared_ptr<gpu::FaultEvidence> evidence_;
 };

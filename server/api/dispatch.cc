@@ -40,6 +40,18 @@ struct StatusView {
 
 }  // namespace
 
+namespace {
+
+// The name of a call's kind ("launchKernel", "streamMemOps"), from the schema.
+std::string callName(wire::Call::Which kind) {
+  KJ_IF_MAYBE(field, capnp::Schema::from<wire::Call>().getFieldByDiscriminant(static_cast<uint16_t>(kind))) {
+    return field->getProto().getName();
+  }
+  return "call " + std::to_string(static_cast<int>(kind));
+}
+
+}  // namespace
+
 CUresult CallContext::reported(CUresult status) { return StatusView{services_.faults, tenant_.id()}(status); }
 
 bool CallContext::moreCallsWaiting() const { return reader_.readableNow(); }
@@ -47,6 +59,9 @@ bool CallContext::moreCallsWaiting() const { return reader_.readableNow(); }
 void CallContext::finish(CUresult status, const ReplyFiller& fill) {
   if (override_ != CUDA_SUCCESS) status = override_;
   status = reported(status);
+  if (status != CUDA_SUCCESS && kind_ && spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("tenant {} ({}): {} answered {}", tenant_.id(), tenant_.name(), callName(*kind_), static_cast<int>(status));
+  }
   if (oneWay()) {
     if (status != CUDA_SUCCESS && tenant_.deferError(status)) deferred_ = status;
     return;
@@ -266,21 +281,11 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
   return ctx.protocolErrorText().empty();
 }
 
-namespace {
-
-// The name of a call's kind ("launchKernel", "streamMemOps"), from the schema.
-std::string callName(wire::Call::Reader call) {
-  KJ_IF_MAYBE(field, capnp::Schema::from<wire::Call>().getFieldByDiscriminant(static_cast<uint16_t>(call.which()))) {
-    return field->getProto().getName();
-  }
-  return "call " + std::to_string(static_cast<int>(call.which()));
-}
-
-}  // namespace
 
 std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
   ctx.setFaultEvidence(in.evidence);
+  ctx.setKind(in.call.which());
   const bool launches = in.call.isLaunchKernel() || in.call.isGraphLaunch();
   if (in.evidence && launches) {
     in.evidence->noteLaunch();
@@ -299,7 +304,7 @@ std::string Dispatcher::run(const session::IncomingCall& in) {
   // which no longer says what failed: the log does (once per reply, as only the first is kept).
   if (ctx.deferredError()) {
     spdlog::info("tenant {} ({}): one-way {} failed: {}; reported at the tenant's next sync", in.tenant.id(),
-                 in.tenant.name(), callName(in.call), gpu::describe(ctx.deferredStatus()));
+                 in.tenant.name(), callName(in.call.which()), gpu::describe(ctx.deferredStatus()));
   }
   if (ok) return {};
   return ctx.protocolErrorText();

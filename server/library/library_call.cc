@@ -5,6 +5,7 @@
 
 #include <cublas_api.h>
 #include <cudnn.h>
+#include <cufft.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -263,7 +264,7 @@ const Executor* findExecutor(uint32_t id) {
     auto* m = new std::unordered_map<uint32_t, const Executor*>();
     // Hand-written executors first: they replace a generated one of the same name.
     for (const auto* table : {&cublasExecutors(), &cublasLtExecutors(), &cudnnExecutors(), &cudnnBackendExecutors(),
-                              &generatedExecutors()}) {
+                              &cufftExecutors(), &generatedExecutors()}) {
       for (const Executor& e : *table) m->emplace(e.id, &e);
     }
     return m;
@@ -275,18 +276,36 @@ const Executor* findExecutor(uint32_t id) {
 Library libraryOf(const char* name) {
   if (std::strncmp(name, "cublasLt", 8) == 0) return Library::kCublasLt;
   if (std::strncmp(name, "cublas", 6) == 0) return Library::kCublas;
+  if (std::strncmp(name, "cufft", 5) == 0) return Library::kCufft;
   return Library::kCudnn;
 }
 
 namespace {
-// The two libraries' enums differ; each answer is the int of the library's own.
-int pick(Library lib, cudnnStatus_t cudnn, cublasStatus_t cublas) {
-  return lib == Library::kCudnn ? static_cast<int>(cudnn) : static_cast<int>(cublas);
+// The statuses the dispatcher answers itself, in each library's own enum.
+struct LibraryStatuses {
+  int notSupported;
+  int invalidValue;
+  int notInitialized;
+};
+
+const LibraryStatuses& statusesOf(Library lib) {
+  static constexpr LibraryStatuses kCublas{CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_INVALID_VALUE,
+                                           CUBLAS_STATUS_NOT_INITIALIZED};
+  static constexpr LibraryStatuses kCudnn{CUDNN_STATUS_NOT_SUPPORTED, CUDNN_STATUS_BAD_PARAM,
+                                          CUDNN_STATUS_NOT_INITIALIZED};
+  static constexpr LibraryStatuses kCufft{CUFFT_NOT_SUPPORTED, CUFFT_INVALID_VALUE, CUFFT_SETUP_FAILED};
+  switch (lib) {
+    case Library::kCudnn: return kCudnn;
+    case Library::kCufft: return kCufft;
+    case Library::kCublas:
+    case Library::kCublasLt: break;
+  }
+  return kCublas;
 }
 }  // namespace
 
-int notSupportedStatus(Library lib) { return pick(lib, CUDNN_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_NOT_SUPPORTED); }
-int invalidValueStatus(Library lib) { return pick(lib, CUDNN_STATUS_BAD_PARAM, CUBLAS_STATUS_INVALID_VALUE); }
-int notInitializedStatus(Library lib) { return pick(lib, CUDNN_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_NOT_INITIALIZED); }
+int notSupportedStatus(Library lib) { return statusesOf(lib).notSupported; }
+int invalidValueStatus(Library lib) { return statusesOf(lib).invalidValue; }
+int notInitializedStatus(Library lib) { return statusesOf(lib).notInitialized; }
 
 }  // namespace tally::server::library

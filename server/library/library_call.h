@@ -152,6 +152,7 @@ const std::vector<Executor>& cublasExecutors();
 const std::vector<Executor>& cublasLtExecutors();
 const std::vector<Executor>& cudnnExecutors();
 const std::vector<Executor>& cudnnBackendExecutors();
+const std::vector<Executor>& cufftExecutors();
 // nullptr for an id no executor has.
 const Executor* findExecutor(uint32_t id);
 // Which library a function belongs to, from its name.
@@ -166,5 +167,6 @@ int notInitializedStatus(Library lib);
 inline constexpr uint32_t kCublasHandleType = functionId("cublasHandle_t");
 inline constexpr uint32_t kCublasLtHandleType = functionId("cublasLtHandle_t");
 inline constexpr uint32_t kCudnnHandleType = functionId("cudnnHandle_t");
+inline constexpr uint32_t kCufftHandleType = functionId("cufftHandle");
 
 }  // namespace tally::server::library

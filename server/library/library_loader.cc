@@ -14,8 +14,8 @@ struct Loaded {
   void* handle = nullptr;
 };
 
-std::array<Loaded, 3>& loaded() {
-  static std::array<Loaded, 3> libs;
+std::array<Loaded, kLibraries>& loaded() {
+  static std::array<Loaded, kLibraries> libs;
   return libs;
 }
 
@@ -46,6 +46,7 @@ const char* sonameOf(Library lib) {
     case Library::kCublas: return "libcublas.so.13";
     case Library::kCublasLt: return "libcublasLt.so.13";
     case Library::kCudnn: return "libcudnn.so.9";
+    case Library::kCufft: return "libcufft.so.12";
   }
   return "";
 }
