@@ -304,20 +304,33 @@ CUresult waitForStream(uint64_t streamId) {
   return rt().sync([&](wire::Call::Builder call) { call.initStreamSynchronize().setStream(streamId); });
 }
 
+cudaMemcpyKind kindOf(bool dstDevice, bool srcDevice) {
+  return dstDevice ? (srcDevice ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                   : (srcDevice ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+}
+
 CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) {
   if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return static_cast<CUresult>(cudaErrorInvalidMemcpyDirection);
   if (c.width == 0 || c.height == 0) return CUDA_SUCCESS;
   if (CUresult r = checkCopyShape(c); r != CUDA_SUCCESS) return r;
-  // Whatever kind the application names for managed memory, the copy goes where the bytes are;
-  // a host-to-host one waits for the stream first (its kernels may still be writing them).
-  const bool managed = isManaged(c.dst) || isManaged(c.src);
-  if (managed) kind = cudaMemcpyDefault;
-  if (kind == cudaMemcpyDefault) {
-    bool dstDevice = isDevicePointer(c.dst);
-    bool srcDevice = isDevicePointer(c.src);
-    kind = dstDevice ? (srcDevice ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                     : (srcDevice ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  auto dstRegion = rt().findHostRegion(reinterpret_cast<const void*>(c.dst));
+  auto srcRegion = rt().findHostRegion(reinterpret_cast<const void*>(c.src));
+  // Whatever kind the application names for managed memory, the copy goes where the bytes are.
+  // So does a side named as device memory that is host memory the client knows (pinned memory
+  // named by its unified address: XLA reads its pinned flags back with cuMemcpyDtoH). A
+  // host-to-host copy then waits for the stream first (its kernels may still be writing them).
+  const bool managed = (dstRegion && dstRegion->second.managed) || (srcRegion && srcRegion->second.managed);
+  const bool streamOrdered = managed || kind != cudaMemcpyHostToHost;
+  if (managed || kind == cudaMemcpyDefault) {
+    kind = kindOf(isDevicePointer(c.dst), isDevicePointer(c.src));
+  } else {
+    // (tallyd's device addresses are not the client's: a known device range wins.)
+    bool dstDevice = (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) &&
+                     (!dstRegion || isDevicePointer(c.dst));
+    bool srcDevice = (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) &&
+                     (!srcRegion || isDevicePointer(c.src));
+    kind = kindOf(dstDevice, srcDevice);
   }
   uint64_t streamId = rt().streamId(stream);
   if (streamId == 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -328,7 +341,7 @@ CUresult copy(const Copy2D& c, cudaMemcpyKind kind, CUstream stream, bool sync) 
     case cudaMemcpyDeviceToHost: return copyToHost(c, streamId, sync);
     case cudaMemcpyDeviceToDevice: return copyDeviceToDevice(c, streamId, sync);
     case cudaMemcpyHostToHost:
-      if (sync || managed) {
+      if (sync || streamOrdered) {
         if (CUresult r = waitForStream(streamId); r != CUDA_SUCCESS) return r;
       }
       for (size_t row = 0; row < c.height; ++row) {
@@ -379,7 +392,8 @@ CUresult copyDescriptor(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
 // tallyd sets shared pinned memory itself, in stream order.
 bool memsetOnHost(CUdeviceptr dst) {
   auto region = rt().findHostRegion(reinterpret_cast<const void*>(dst));
-  return region && (region->second.managed || !region->second.shared);
+  // (tallyd's device addresses are not the client's: a known device range wins.)
+  return region && (region->second.managed || !region->second.shared) && !isDevicePointer(dst);
 }
 
 // A memset the host does, after the stream's earlier work.
@@ -468,13 +482,20 @@ cudaError_t copySymbol(const void* symbol, void* host, size_t count, size_t offs
 
 // --- pointer attributes ------------------------------------------------------------------
 
-void describePointer(const void* ptr, cudaPointerAttributes& attr) {
+// The allocation a pointer lies in, as cuPointerGetAttribute's range attributes name it.
+struct PointerRange {
+  uint64_t base = 0;
+  size_t size = 0;
+};
+
+void describePointer(const void* ptr, cudaPointerAttributes& attr, PointerRange* range = nullptr) {
   attr = cudaPointerAttributes{};
   auto address = reinterpret_cast<uint64_t>(ptr);
   if (auto device = rt().findDeviceRegion(address)) {
     attr.type = cudaMemoryTypeDevice;
     attr.device = static_cast<int>(device->second.device);
     attr.devicePointer = const_cast<void*>(ptr);
+    if (range != nullptr) *range = {device->first, device->second.size};
     return;
   }
   if (auto host = rt().findHostRegion(ptr)) {
@@ -484,6 +505,7 @@ void describePointer(const void* ptr, cudaPointerAttributes& attr) {
     if (host->second.serverAddress != 0) {
       attr.devicePointer = reinterpret_cast<void*>(host->second.serverAddress + (address - host->first));
     }
+    if (range != nullptr) *range = {host->first, host->second.size};
     return;
   }
   attr.type = cudaMemoryTypeUnregistered;
@@ -832,26 +854,36 @@ TALLY_API CUresult cuMemHostGetDevicePointer(CUdeviceptr* device, void* host, un
 
 namespace {
 
-// One attribute of a pointer the client knows (`attr` from describePointer).
-CUresult pointerAttribute(const cudaPointerAttributes& attr, CUpointer_attribute attribute, void* data) {
+// One attribute of a pointer the client knows (`attr` and `range` from describePointer).
+CUresult pointerAttribute(const cudaPointerAttributes& attr, const PointerRange& range, CUpointer_attribute attribute,
+                          void* data) {
+  auto asUnsigned = [&](unsigned v) {
+    *static_cast<unsigned*>(data) = v;
+    return CUDA_SUCCESS;
+  };
+  auto asWord = [&](uint64_t v) {
+    *static_cast<uint64_t*>(data) = v;
+    return CUDA_SUCCESS;
+  };
+  const bool device = attr.type == cudaMemoryTypeDevice;
   switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned*>(data) = attr.type == cudaMemoryTypeDevice ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-      *static_cast<CUdeviceptr*>(data) = reinterpret_cast<CUdeviceptr>(attr.devicePointer);
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      *static_cast<void**>(data) = attr.hostPointer;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = attr.device;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      *static_cast<unsigned*>(data) = attr.type == cudaMemoryTypeManaged ? 1 : 0;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-      return cuDevicePrimaryCtxRetain(static_cast<CUcontext*>(data), attr.device);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: return asUnsigned(device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return asWord(reinterpret_cast<CUdeviceptr>(attr.devicePointer));
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return asWord(reinterpret_cast<uintptr_t>(attr.hostPointer));
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return asUnsigned(static_cast<unsigned>(attr.device));
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: return asUnsigned(attr.type == cudaMemoryTypeManaged ? 1 : 0);
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return cuDevicePrimaryCtxRetain(static_cast<CUcontext*>(data), attr.device);
+    // What every allocation the client knows is: mapped, read-write, whole; the base names it.
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return asWord(range.base);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return asWord(range.size);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return asWord(range.base);
+    case CU_POINTER_ATTRIBUTE_MAPPED: return asUnsigned(1);
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: return asUnsigned(CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE);
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+      return asUnsigned(0);
     default:
       return CUDA_ERROR_NOT_SUPPORTED;
   }
@@ -882,9 +914,10 @@ TALLY_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribu
     if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
     cudaPointerAttributes attr;
-    describePointer(reinterpret_cast<const void*>(ptr), attr);
+    PointerRange range;
+    describePointer(reinterpret_cast<const void*>(ptr), attr, &range);
     if (attr.type == cudaMemoryTypeUnregistered) return CUDA_ERROR_INVALID_VALUE;
-    return pointerAttribute(attr, attribute, data);
+    return pointerAttribute(attr, range, attribute, data);
   });
 }
 
@@ -896,14 +929,15 @@ TALLY_API CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribut
     if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult r = rt().ready(); r != CUDA_SUCCESS) return r;
     cudaPointerAttributes attr;
-    describePointer(reinterpret_cast<const void*>(ptr), attr);
+    PointerRange range;
+    describePointer(reinterpret_cast<const void*>(ptr), attr, &range);
     for (unsigned i = 0; i < count; ++i) {
       if (data[i] == nullptr) continue;
       if (attr.type == cudaMemoryTypeUnregistered) {
         std::memset(data[i], 0, pointerAttributeBytes(attributes[i]));
         continue;
       }
-      if (CUresult r = pointerAttribute(attr, attributes[i], data[i]); r != CUDA_SUCCESS) return r;
+      if (CUresult r = pointerAttribute(attr, range, attributes[i], data[i]); r != CUDA_SUCCESS) return r;
     }
     return CUDA_SUCCESS;
   });

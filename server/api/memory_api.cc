@@ -241,7 +241,12 @@ void copy(CallContext& ctx, wire::Memcpy::Reader args) {
     ctx.finish(r);
   };
   gpu::Gpu* g = deviceSideOwner(ctx, args, shape);
-  if (g == nullptr) return refuse(CUDA_ERROR_INVALID_VALUE);
+  if (g == nullptr) {
+    const bool toDevice = args.getKind() != wire::CopyKind::DEVICE_TO_HOST;
+    spdlog::info("tenant {} ({}): copy of {} bytes {} {:#x} refused: not the tenant's device memory", ctx.tenant().id(),
+                 ctx.tenant().name(), shape.bytes, toDevice ? "to" : "from", toDevice ? args.getDst() : args.getSrc());
+    return refuse(CUDA_ERROR_INVALID_VALUE);
+  }
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return refuse(CUDA_ERROR_INVALID_HANDLE);
   // A captured copy through staging would read or write the pooled buffer on every replay, long

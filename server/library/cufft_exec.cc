@@ -148,8 +148,8 @@ int xtMakePlanMany(LibraryCall& c) {
   auto inputType = static_cast<cudaDataType>(get<int32_t>(c));
   auto outputType = static_cast<cudaDataType>(get<int32_t>(c));
   auto batch = get<long long>(c);
-  size_t* ws = workSize(c);
   auto executionType = static_cast<cudaDataType>(get<int32_t>(c));
+  size_t* ws = workSize(c);  // the client sends the output last
   return callReal<&::cufftXtMakePlanMany>(c, p, l.rank, l.n, l.inembed, l.istride, l.idist, inputType, l.onembed,
                    l.ostride, l.odist, outputType, batch, ws, executionType);
 }

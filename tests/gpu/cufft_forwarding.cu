@@ -157,15 +157,15 @@ void realTwoDimensional() {
   CHECK(cudaMalloc(&area, work > 0 ? work : 1));
   CHECK_FFT(cufftSetWorkArea(fwd, area));
   CHECK_FFT(cufftExecR2C(fwd, real, spec));
+  // The spectrum's DC term is the sum of the samples (read now: C2R overwrites its input).
+  cufftComplex dc;
+  CHECK(cudaMemcpy(&dc, spec, sizeof dc, cudaMemcpyDeviceToHost));
   CHECK_FFT(cufftExecC2R(inv, spec, real));
   std::vector<float> back(x.size());
   CHECK(cudaMemcpy(back.data(), real, back.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0;
   for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, double(std::fabs(back[i] / (nx * ny) - x[i])));
   expect(worst < 1e-4, "R2C then C2R restores the 2D signal");
-  // The spectrum's DC term is the sum of the samples.
-  cufftComplex dc;
-  CHECK(cudaMemcpy(&dc, spec, sizeof dc, cudaMemcpyDeviceToHost));
   double sum = 0;
   for (float v : x) sum += v;
   std::printf("r2c dc=%.2f\n", dc.x);

@@ -150,6 +150,12 @@ int main() {
   std::printf("memset of pinned memory: %08x %08x %08x %08x %08x %08x\n", words[1], words[2], words[3], words[4],
               words[15], words[16]);
   expect(setOk, "cudaMemsetAsync through a pinned pointer, in stream order");
+  // ...and read back as if it were device memory (XLA's cuMemcpyDtoH of its pinned flags).
+  unsigned int readBack[2] = {0, 0};
+  CHECK(cudaMemcpyAsync(readBack, words + 2, 8, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("pinned memory read as device memory: %08x %08x\n", readBack[0], readBack[1]);
+  expect(readBack[0] == 0x7f7f7f7fu && readBack[1] == 0x7f7f7f7fu, "cudaMemcpyDeviceToHost from a pinned pointer");
   CHECK(cudaFreeHost(words));
 
   CHECK(cudaStreamDestroy(s));

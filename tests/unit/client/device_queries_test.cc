@@ -110,6 +110,16 @@ TEST(DeviceQueries, PointerAttributesOfKnownAndUnknownPointers) {
   EXPECT_EQ(cuPointerGetAttribute(&singular, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(device)),
             CUDA_SUCCESS);
   EXPECT_EQ(singular, type);
+  // The allocation's range, from inside it.
+  CUdeviceptr inside = reinterpret_cast<CUdeviceptr>(device) + 100, base = 0;
+  size_t size = 0;
+  unsigned mapped = 0;
+  EXPECT_EQ(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, inside), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, inside), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, inside), CUDA_SUCCESS);
+  EXPECT_EQ(base, reinterpret_cast<CUdeviceptr>(device));
+  EXPECT_GE(size, 256u);
+  EXPECT_EQ(mapped, 1u);
 
   int onStack = 0;
   type = 9;
