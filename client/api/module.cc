@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -122,10 +123,27 @@ CUresult loadModule(ModuleHandle** out, const void* image) {
   return rt().loadModuleImage(image, currentDevice(), *out);
 }
 
+// A library loaded without code for its device (ClientRuntime::libraryWithoutCode) has nothing
+// to look up.
+CUresult lookupIn(const ModuleHandle* module) {
+  if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return module->id == 0 ? CUDA_ERROR_NO_BINARY_FOR_GPU : CUDA_SUCCESS;
+}
+
 CUresult getFunction(FunctionHandle** out, ModuleHandle* module, const char* name) {
   if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = lookupIn(module); r != CUDA_SUCCESS) return r;
   return rt().functionOf(module, name, *out);
+}
+
+// cuLibraryLoadData and kin: an image with nothing for this GPU still loads, as natively.
+CUresult loadLibrary(ModuleHandle** out, const std::function<CUresult()>& load) {
+  CUresult r = load();
+  if (r == CUDA_ERROR_NO_BINARY_FOR_GPU && out != nullptr) {
+    *out = rt().libraryWithoutCode(currentDevice());
+    return CUDA_SUCCESS;
+  }
+  return r;
 }
 
 // cuModuleLoad / cuLibraryLoadFromFile (torch.compile's kernels are cubin files): the client
@@ -167,8 +185,8 @@ CUresult functionName(FunctionHandle* f, const void* handle, const char** name) 
 
 // cuModuleGetGlobal and the library versions: one of `ptr` and `bytes` may be null, not both.
 CUresult moduleGlobal(ModuleHandle* m, const char* name, CUdeviceptr* ptr, size_t* bytes) {
-  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (name == nullptr || (ptr == nullptr && bytes == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = lookupIn(m); r != CUDA_SUCCESS) return r;
   ReplyMessage reply;
   CUresult r = rt().call([&](wire::Call::Builder c) {
     auto g = c.initModuleGetGlobal();
@@ -197,7 +215,7 @@ CUresult functionNames(ModuleHandle* m, std::vector<std::string>& names) {
 // cuModuleGetFunctionCount, cuLibraryGetKernelCount and the runtime's.
 CUresult functionCount(unsigned* count, ModuleHandle* m) {
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = lookupIn(m); r != CUDA_SUCCESS) return r;
   std::vector<std::string> names;
   if (CUresult r = functionNames(m, names); r != CUDA_SUCCESS) return r;
   *count = static_cast<unsigned>(names.size());
@@ -208,7 +226,7 @@ CUresult functionCount(unsigned* count, ModuleHandle* m) {
 // kernels (all of them when there are fewer), each an ordinary handle, as cuModuleGetFunction's.
 CUresult enumerateFunctions(FunctionHandle** out, unsigned capacity, ModuleHandle* m) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = lookupIn(m); r != CUDA_SUCCESS) return r;
   std::vector<std::string> names;
   if (CUresult r = functionNames(m, names); r != CUDA_SUCCESS) return r;
   const size_t filled = std::min<size_t>(capacity, names.size());
@@ -370,12 +388,18 @@ TALLY_API cudaError_t cudaGetKernel(cudaKernel_t* kernelPtr, const void* entryFu
 
 TALLY_API cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* code, cudaJitOption*, void**,
                                           unsigned int, cudaLibraryOption*, void**, unsigned int) {
-  return guardRuntime(__func__, [&] { return loadModule(reinterpret_cast<ModuleHandle**>(library), code); });
+  return guardRuntime(__func__, [&] {
+    auto** out = reinterpret_cast<ModuleHandle**>(library);
+    return loadLibrary(out, [&] { return loadModule(out, code); });
+  });
 }
 
 TALLY_API cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t* library, const char* fileName, cudaJitOption*, void**,
                                               unsigned int, cudaLibraryOption*, void**, unsigned int) {
-  return guardRuntime(__func__, [&] { return loadModuleFile(reinterpret_cast<ModuleHandle**>(library), fileName); });
+  return guardRuntime(__func__, [&] {
+    auto** out = reinterpret_cast<ModuleHandle**>(library);
+    return loadLibrary(out, [&] { return loadModuleFile(out, fileName); });
+  });
 }
 
 TALLY_API cudaError_t cudaLibraryUnload(cudaLibrary_t library) {
@@ -531,12 +555,18 @@ TALLY_API CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
 
 TALLY_API CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
                                      CUlibraryOption*, void**, unsigned int) {
-  return guardDriver(__func__, [&] { return loadModule(reinterpret_cast<ModuleHandle**>(library), code); });
+  return guardDriver(__func__, [&] {
+    auto** out = reinterpret_cast<ModuleHandle**>(library);
+    return loadLibrary(out, [&] { return loadModule(out, code); });
+  });
 }
 
 TALLY_API CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*, void**, unsigned int,
                                          CUlibraryOption*, void**, unsigned int) {
-  return guardDriver(__func__, [&] { return loadModuleFile(reinterpret_cast<ModuleHandle**>(library), fileName); });
+  return guardDriver(__func__, [&] {
+    auto** out = reinterpret_cast<ModuleHandle**>(library);
+    return loadLibrary(out, [&] { return loadModuleFile(out, fileName); });
+  });
 }
 
 TALLY_API CUresult cuLibraryUnload(CUlibrary library) { return cuModuleUnload(reinterpret_cast<CUmodule>(library)); }

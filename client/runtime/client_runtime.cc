@@ -700,8 +700,16 @@ CUresult ClientRuntime::queryOccupancy(const FunctionHandle& f, const OccupancyQ
   return r;
 }
 
+ModuleHandle* ClientRuntime::libraryWithoutCode(uint32_t device) {
+  auto* module = new ModuleHandle();
+  module->device = device;
+  registerHandle(module);
+  return module;
+}
+
 CUresult ClientRuntime::unloadModule(ModuleHandle* module) {
-  CUresult r = call([&](wire::Call::Builder c) { c.initModuleUnload().setModule(module->id); });
+  CUresult r = module->id == 0 ? CUDA_SUCCESS
+                               : call([&](wire::Call::Builder c) { c.initModuleUnload().setModule(module->id); });
   // The handles stay allocated (the application may still hold stale copies) but are no longer
   // valid: a later use gets CUDA_ERROR_INVALID_HANDLE, as natively.
   std::lock_guard lock(module->mutex);

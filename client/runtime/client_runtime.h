@@ -188,6 +188,10 @@ class ClientRuntime {
   };
   CUresult queryOccupancy(const FunctionHandle& f, const OccupancyQuery& q, uint64_t& value);
   CUresult loadModuleImage(const void* image, uint32_t device, ModuleHandle*& out);
+  // cuLibraryLoadData of an image with no code for the device succeeds natively, and each
+  // lookup in it answers CUDA_ERROR_NO_BINARY_FOR_GPU (cuBLAS loads all its libraries so):
+  // such a library, with nothing in tallyd.
+  ModuleHandle* libraryWithoutCode(uint32_t device);
   CUresult functionOf(ModuleHandle* module, const char* name, FunctionHandle*& out);
   CUresult functionOf(KernelRecord* kernel, uint32_t device, FunctionHandle*& out);
   // What a runtime `func` argument names (cudaLaunchKernel, cudaFuncGetAttributes, ...): a host

@@ -69,7 +69,7 @@ struct FunctionHandle {
 
 struct ModuleHandle {
   HandleMagic magic = HandleMagic::kModule;
-  uint64_t id = 0;
+  uint64_t id = 0;  // 0: a library with no code for its device (nothing in tallyd)
   uint32_t device = 0;
   std::mutex mutex;
   std::vector<FunctionHandle*> functions;  // owned; looked up by name

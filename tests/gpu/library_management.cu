@@ -16,6 +16,7 @@
 
 #include "gpu_test_common.h"
 #include "library_kernels_fatbin.h"  // generated: alignas(8) static const unsigned char kLibraryKernelsFatbin[]
+#include "library_kernels_sm100_fatbin.h"  // generated: the same kernels, sm_100 code only
 
 namespace {
 
@@ -160,6 +161,31 @@ void checkErrors(cudaLibrary_t library) {
 
 }  // namespace
 
+// An image with code for another GPU only (cuBLAS loads such libraries at start-up): what the
+// library and module loads, a kernel lookup and a launch answer, as natively.
+void foreignImage() {
+  CUlibrary library = nullptr;
+  CUresult loaded = cuLibraryLoadData(&library, kForeignKernelsFatbin, nullptr, nullptr, 0, nullptr, nullptr, 0);
+  std::printf("foreign image: cuLibraryLoadData -> %d\n", loaded);
+  if (loaded == CUDA_SUCCESS) {
+    CUkernel kernel = nullptr;
+    CUresult found = cuLibraryGetKernel(&kernel, library, "lib_iota");
+    std::printf("foreign image: cuLibraryGetKernel -> %d\n", found);
+    if (found == CUDA_SUCCESS) {
+      CUfunction function = nullptr;
+      std::printf("foreign image: cuKernelGetFunction -> %d\n", cuKernelGetFunction(&function, kernel));
+    }
+    std::printf("foreign image: cuLibraryUnload -> %d\n", cuLibraryUnload(library));
+  }
+  CUmodule module = nullptr;
+  CUresult moduleLoaded = cuModuleLoadData(&module, kForeignKernelsFatbin);
+  std::printf("foreign image: cuModuleLoadData -> %d\n", moduleLoaded);
+  if (moduleLoaded == CUDA_SUCCESS) cuModuleUnload(module);
+  expect(moduleLoaded == CUDA_ERROR_NO_BINARY_FOR_GPU || moduleLoaded == CUDA_SUCCESS,
+         "an image for another GPU: no binary, or loaded lazily");
+  CHECK(cudaGetLastError());
+}
+
 int main() {
   CHECK(cudaSetDevice(0));
   cudaLibrary_t library = nullptr;
@@ -189,6 +215,7 @@ int main() {
   launchIota(library, dOut);
   checkAttributes(library, scale);
   checkErrors(library);
+  foreignImage();
 
   CHECK(cudaFree(dIn));
   CHECK(cudaFree(dOut));

@@ -7,7 +7,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "tests/unit/client/fake_tallyd.h"
 
@@ -331,6 +333,55 @@ TEST_F(LibraryManagement, ALibraryKernelTakesFunctionAttributes) {
   EXPECT_EQ(cudaFuncGetAttributes(&attributes, &word), cudaErrorInvalidResourceHandle);
   ASSERT_EQ(cudaLibraryUnload(library), cudaSuccess);
   cudaGetLastError();
+}
+
+// A fatbin container whose only entry is PTX for compute_100 (layout as in common/fatbin): an
+// image with no code this (sm_90) GPU can run.
+std::vector<uint64_t> foreignImage() {
+  const std::string ptx = ".version 8.8\n.target sm_100\n.address_size 64\n";
+  const uint64_t padded = (ptx.size() + 1 + 7) / 8 * 8;
+  std::vector<uint8_t> bytes(16 + 64 + padded, 0);
+  const uint32_t magic = 0xBA55ED50;
+  const uint64_t body = 64 + padded, flags = 0x1;  // 64-bit
+  const uint16_t kind = 1, headerOffset = 16;  // PTX
+  const uint32_t arch = 100;
+  std::memcpy(&bytes[0], &magic, 4);
+  bytes[4] = 1;
+  std::memcpy(&bytes[6], &headerOffset, 2);
+  std::memcpy(&bytes[8], &body, 8);
+  uint8_t* header = &bytes[16];
+  std::memcpy(header, &kind, 2);
+  header[2] = header[3] = 1;
+  header[4] = 64;
+  std::memcpy(header + 8, &padded, 8);
+  std::memcpy(header + 28, &arch, 4);
+  std::memcpy(header + 40, &flags, 8);
+  std::memcpy(header + 80 - 16, ptx.data(), ptx.size());
+  std::vector<uint64_t> aligned((bytes.size() + 7) / 8);
+  std::memcpy(aligned.data(), bytes.data(), bytes.size());
+  return aligned;
+}
+
+// As natively on the H200 (tests/gpu/library_management.cu): a library without code for this GPU
+// loads, each lookup answers CUDA_ERROR_NO_BINARY_FOR_GPU and unloading works; a module load fails.
+TEST_F(LibraryManagement, ALibraryWithoutCodeForThisGpuLoadsAndHasNothingToLookUp) {
+  std::vector<uint64_t> image = foreignImage();
+  CUlibrary library = nullptr;
+  ASSERT_EQ(cuLibraryLoadData(&library, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), CUDA_SUCCESS);
+  CUkernel kernel = nullptr;
+  EXPECT_EQ(cuLibraryGetKernel(&kernel, library, kFakeKernelNames[0]), CUDA_ERROR_NO_BINARY_FOR_GPU);
+  unsigned count = 7;
+  EXPECT_EQ(cuLibraryGetKernelCount(&count, library), CUDA_ERROR_NO_BINARY_FOR_GPU);
+  CUdeviceptr global = 0;
+  size_t bytes = 0;
+  EXPECT_EQ(cuLibraryGetGlobal(&global, &bytes, library, "anything"), CUDA_ERROR_NO_BINARY_FOR_GPU);
+  EXPECT_EQ(cuLibraryUnload(library), CUDA_SUCCESS);
+  EXPECT_EQ(cuLibraryUnload(library), CUDA_ERROR_INVALID_HANDLE);
+  CUmodule module = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&module, image.data()), CUDA_ERROR_NO_BINARY_FOR_GPU);
+  cudaLibrary_t runtimeLibrary = nullptr;
+  ASSERT_EQ(cudaLibraryLoadData(&runtimeLibrary, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), cudaSuccess);
+  EXPECT_EQ(cudaLibraryUnload(runtimeLibrary), cudaSuccess);
 }
 
 }  // namespace
