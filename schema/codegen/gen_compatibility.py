@@ -672,13 +672,12 @@ EXPORT_TABLE_NOTE = ("**Programs with their own CUDA runtime** (linked staticall
                      "`cuGetProcAddress` and `cuGetExportTable`'s private tables, whose layouts NVIDIA does not "
                      "document. The client serves the tables the CUDA 13 static runtime needs (runtime interface, "
                      "tool hooks, context-local storage, context checks, and the integrity check the runtime "
-                     "recomputes) and cuFFT's library table with its three known slots; any other table, or an "
-                     "unknown slot of cuFFT's, answers NotSupported and is logged once. Such programs then run "
+                     "recomputes) and three known slots of a table cuFFT asks for; any other table, or an "
+                     "unknown slot, answers NotSupported and is logged once. Such programs then run "
                      "as ones built with `-cudart shared` do (docs/architecture.md, \"Programs with their own CUDA "
-                     "runtime\"). Measured on the H200: CuPy 14 and JAX 0.11 run their arrays, matmuls and own "
-                     "kernels through tallyd; their FFTs do not (cuFFT, running in the application, needs a "
-                     "driver table of module internals that is not served), and JAX needs "
-                     "`XLA_FLAGS=--xla_gpu_autotune_level=0` (the autotuner's memsets are refused).")
+                     "runtime\"). cuFFT itself runs in tallyd (see the cuFFT section), also for frameworks that "
+                     "open it by name. Measured on the H200: CuPy 14 and JAX 0.11 run their arrays, matmuls, "
+                     "own kernels and FFTs through tallyd as natively, JAX with its autotuner on.")
 
 STREAM_ATTRIBUTE_NOTE = ("**Stream attributes** (`cudaStreamSetAttribute`, `cuStreamGetAttribute`, …) are kept by the "
                          "client and read back as set, but reach no GPU: an L2 access policy window would reserve "
