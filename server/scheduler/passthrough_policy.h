@@ -10,8 +10,15 @@ class PassthroughPolicy final : public Policy {
   explicit PassthroughPolicy(Launcher& launcher) : launcher_(launcher) {}
   const char* name() const override { return "passthrough"; }
   std::optional<int> streamPriority(bool, const gpu::Gpu&) const override { return std::nullopt; }
+  gpu::Placement placement(bool, gpu::Gpu&) override { return gpu::Placement::kWholeGpu; }
+  void observeHpWait(gpu::Gpu&, double) override {}
   CUresult launch(const KernelLaunch& k) override;
+  CUresult runOpaque(const OpaqueWork& w) override {
+    CUstream used = nullptr;
+    return w.enqueue(used);
+  }
   void afterWork(uint64_t, bool, uint64_t, gpu::Gpu&, CUstream) override {}
+  void endOfBurst(uint64_t) override {}
   void tenantEnding(uint64_t) override {}
   void tenantReleased(uint64_t) override {}
   std::string summary() const override { return "passthrough"; }

@@ -106,6 +106,9 @@ struct OpaqueWork {
   metrics::LatencyHistogram* held = nullptr;
 };
 
+// Every hook is pure: a policy that wraps another (StressPolicy) must decide for each one, and a
+// hook it forgot to forward would fail silently (HP marks never written at a burst's end were
+// later written on streams the tenant had destroyed: tallyd crashed).
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -116,26 +119,21 @@ class Policy {
   virtual std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const = 0;
   // Where a tenant of this class queues its next work on `g` (the whole GPU, or an SM
   // partition when the GPU has them). Asked before every call that queues stream work.
-  virtual gpu::Placement placement(bool highPriority, gpu::Gpu& g) {
-    (void)highPriority, (void)g;
-    return gpu::Placement::kWholeGpu;
-  }
+  virtual gpu::Placement placement(bool highPriority, gpu::Gpu& g) = 0;
   // A high-priority tenant's synchronizing wait on `g` took `micros` (what the policy can learn
   // HP's latency from).
-  virtual void observeHpWait(gpu::Gpu& g, double micros) { (void)g, (void)micros; }
+  virtual void observeHpWait(gpu::Gpu& g, double micros) = 0;
   // Enqueues (or arranges) a kernel launch, through the policy's Launcher.
   virtual CUresult launch(const KernelLaunch& k) = 0;
-  // Enqueues opaque work; by default at once. afterWork follows it, as for other stream work.
-  virtual CUresult runOpaque(const OpaqueWork& w) {
-    CUstream used = nullptr;
-    return w.enqueue(used);
-  }
+  // Enqueues opaque work (at once, unless the policy holds it). afterWork follows it, as for
+  // other stream work.
+  virtual CUresult runOpaque(const OpaqueWork& w) = 0;
   // A tenant enqueued other stream work (copy, memset, event, wait) on `stream`.
   virtual void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) = 0;
   // The tenant's thread is done queueing a burst of work (it is about to wait for the client,
   // or to run a call other than a launch): what the policy deferred while the burst was being
   // queued is issued now, on that thread. launch() and afterWork() may defer until then.
-  virtual void endOfBurst(uint64_t tenant) { (void)tenant; }
+  virtual void endOfBurst(uint64_t tenant) = 0;
   // The tenant is ending, before it waits for its streams: nothing the policy holds back may
   // keep them from draining.
   virtual void tenantEnding(uint64_t tenant) = 0;

@@ -22,11 +22,13 @@ class StressPolicy final : public Policy {
     return inner_->streamPriority(highPriority, g);
   }
   gpu::Placement placement(bool highPriority, gpu::Gpu& g) override { return inner_->placement(highPriority, g); }
+  void observeHpWait(gpu::Gpu& g, double micros) override { inner_->observeHpWait(g, micros); }
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override { return inner_->runOpaque(w); }
   void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override {
     inner_->afterWork(tenant, highPriority, streamId, g, stream);
   }
+  void endOfBurst(uint64_t tenant) override { inner_->endOfBurst(tenant); }
   void tenantEnding(uint64_t tenant) override { inner_->tenantEnding(tenant); }
   void tenantReleased(uint64_t tenant) override { inner_->tenantReleased(tenant); }
   std::string summary() const override { return "stress over " + inner_->summary(); }

@@ -184,6 +184,23 @@ TEST_F(PriorityPolicyTest, AnHpBurstGetsOneCompletionMarkAfterItsLastKernel) {
   EXPECT_LE(last().queued, 360 * kMicros);
 }
 
+// The stress policy wraps the priority policy in the GPU suite's stress runs: the end of a burst
+// must reach it, or the marks are written late by the monitor, on streams the tenant may have
+// destroyed by then (tallyd crashed so in the H200's stress suite).
+TEST_F(PriorityPolicyTest, TheStressPolicyPassesTheEndOfABurstOn) {
+  start();
+  Tenant& hp = tenant(1, true);
+  std::string error;
+  StressPolicy stress(std::make_unique<PriorityPolicy>(config, std::vector<gpu::Gpu*>{g}, fake, fake, error, false),
+                      fake, 1);
+  ASSERT_TRUE(error.empty()) << error;
+  stress.afterWork(hp.id, true, 1, *g, hp.stream);
+  EXPECT_TRUE(fake.writes.empty());  // deferred to the end of the burst
+  stress.endOfBurst(hp.id);
+  ASSERT_EQ(fake.writes.size(), 1u);
+  EXPECT_EQ(fake.writes.back().first, hp.stream);
+}
+
 TEST_F(PriorityPolicyTest, HpWorkWhoseMarkIsNeverFlushedStillEndsTheHold) {
   start();
   Tenant& hp = tenant(1, true);
