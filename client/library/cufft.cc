@@ -64,6 +64,53 @@ cufftResult createAndMake(cufftHandle* plan, Make make) {
   return CUFFT_SUCCESS;
 }
 
+// The shapes that plan making, size queries and estimates share, in declaration order.
+void put1d(Call& c, int nx, cufftType type, int batch) {
+  c.value(static_cast<int32_t>(nx));
+  c.value(static_cast<int32_t>(type));
+  c.value(static_cast<int32_t>(batch));
+}
+
+void put2d(Call& c, int nx, int ny, cufftType type) {
+  c.value(static_cast<int32_t>(nx));
+  c.value(static_cast<int32_t>(ny));
+  c.value(static_cast<int32_t>(type));
+}
+
+void put3d(Call& c, int nx, int ny, int nz, cufftType type) {
+  c.value(static_cast<int32_t>(nx));
+  c.value(static_cast<int32_t>(ny));
+  c.value(static_cast<int32_t>(nz));
+  c.value(static_cast<int32_t>(type));
+}
+
+// `Batch` is int32_t for the int functions, long long for the 64-bit ones.
+template <typename Int, typename Batch>
+void putMany(Call& c, int rank, Int* n, Int* inembed, Int istride, Int idist, Int* onembed, Int ostride, Int odist,
+             cufftType type, Batch batch) {
+  putLayout<Int>(c, rank, n, inembed, istride, idist, onembed, ostride, odist);
+  c.value(static_cast<int32_t>(type));
+  c.value(batch);
+}
+
+// A "many" plan making or size query (int or 64-bit layout) on an existing plan.
+template <typename Int, typename Batch>
+cufftResult manyCall(const char* name, cufftHandle plan, int rank, Int* n, Int* inembed, Int istride, Int idist,
+                     Int* onembed, Int ostride, Int odist, cufftType type, Batch batch, size_t* workSize) {
+  return sizedCall(name, plan, workSize, [&](Call& c) {
+    putMany<Int>(c, rank, n, inembed, istride, idist, onembed, ostride, odist, type, batch);
+  });
+}
+
+// Estimates need no plan: tallyd's cuFFT answers them.
+template <typename Fill>
+cufftResult estimate(const char* name, size_t* workSize, Fill fill) {
+  Call c(kFamily, name, functionId(name));
+  fill(c);
+  c.hostOut(workSize, sizeof(size_t));
+  return result(c.run(false));
+}
+
 cufftResult exec(const char* name, cufftHandle plan, const void* in, void* out, const int* direction) {
   Call c(kFamily, name, functionId(name));
   c.handle(key(plan));
@@ -93,48 +140,29 @@ TALLY_API cufftResult cufftSetStream(cufftHandle plan, cudaStream_t stream) {
 }
 
 TALLY_API cufftResult cufftMakePlan1d(cufftHandle plan, int nx, cufftType type, int batch, size_t* workSize) {
-  return sizedCall("cufftMakePlan1d", plan, workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(type));
-    c.value(static_cast<int32_t>(batch));
-  });
+  return sizedCall("cufftMakePlan1d", plan, workSize, [&](Call& c) { put1d(c, nx, type, batch); });
 }
 
 TALLY_API cufftResult cufftMakePlan2d(cufftHandle plan, int nx, int ny, cufftType type, size_t* workSize) {
-  return sizedCall("cufftMakePlan2d", plan, workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(ny));
-    c.value(static_cast<int32_t>(type));
-  });
+  return sizedCall("cufftMakePlan2d", plan, workSize, [&](Call& c) { put2d(c, nx, ny, type); });
 }
 
 TALLY_API cufftResult cufftMakePlan3d(cufftHandle plan, int nx, int ny, int nz, cufftType type, size_t* workSize) {
-  return sizedCall("cufftMakePlan3d", plan, workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(ny));
-    c.value(static_cast<int32_t>(nz));
-    c.value(static_cast<int32_t>(type));
-  });
+  return sizedCall("cufftMakePlan3d", plan, workSize, [&](Call& c) { put3d(c, nx, ny, nz, type); });
 }
 
 TALLY_API cufftResult cufftMakePlanMany(cufftHandle plan, int rank, int* n, int* inembed, int istride, int idist,
                                         int* onembed, int ostride, int odist, cufftType type, int batch,
                                         size_t* workSize) {
-  return sizedCall("cufftMakePlanMany", plan, workSize, [&](Call& c) {
-    putLayout<int>(c, rank, n, inembed, istride, idist, onembed, ostride, odist);
-    c.value(static_cast<int32_t>(type));
-    c.value(static_cast<int32_t>(batch));
-  });
+  return manyCall<int>("cufftMakePlanMany", plan, rank, n, inembed, istride, idist, onembed, ostride, odist, type,
+                       static_cast<int32_t>(batch), workSize);
 }
 
 TALLY_API cufftResult cufftMakePlanMany64(cufftHandle plan, int rank, long long* n, long long* inembed,
                                           long long istride, long long idist, long long* onembed, long long ostride,
                                           long long odist, cufftType type, long long batch, size_t* workSize) {
-  return sizedCall("cufftMakePlanMany64", plan, workSize, [&](Call& c) {
-    putLayout<long long>(c, rank, n, inembed, istride, idist, onembed, ostride, odist);
-    c.value(static_cast<int32_t>(type));
-    c.value(batch);
-  });
+  return manyCall<long long>("cufftMakePlanMany64", plan, rank, n, inembed, istride, idist, onembed, ostride, odist,
+                             type, batch, workSize);
 }
 
 TALLY_API cufftResult cufftXtMakePlanMany(cufftHandle plan, int rank, long long* n, long long* inembed,
@@ -176,90 +204,47 @@ TALLY_API cufftResult cufftGetSize(cufftHandle plan, size_t* workSize) {
 }
 
 TALLY_API cufftResult cufftGetSize1d(cufftHandle plan, int nx, cufftType type, int batch, size_t* workSize) {
-  return sizedCall("cufftGetSize1d", plan, workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(type));
-    c.value(static_cast<int32_t>(batch));
-  });
+  return sizedCall("cufftGetSize1d", plan, workSize, [&](Call& c) { put1d(c, nx, type, batch); });
 }
 
 TALLY_API cufftResult cufftGetSize2d(cufftHandle plan, int nx, int ny, cufftType type, size_t* workSize) {
-  return sizedCall("cufftGetSize2d", plan, workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(ny));
-    c.value(static_cast<int32_t>(type));
-  });
+  return sizedCall("cufftGetSize2d", plan, workSize, [&](Call& c) { put2d(c, nx, ny, type); });
 }
 
 TALLY_API cufftResult cufftGetSize3d(cufftHandle plan, int nx, int ny, int nz, cufftType type, size_t* workSize) {
-  return sizedCall("cufftGetSize3d", plan, workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(ny));
-    c.value(static_cast<int32_t>(nz));
-    c.value(static_cast<int32_t>(type));
-  });
+  return sizedCall("cufftGetSize3d", plan, workSize, [&](Call& c) { put3d(c, nx, ny, nz, type); });
 }
 
 TALLY_API cufftResult cufftGetSizeMany(cufftHandle plan, int rank, int* n, int* inembed, int istride, int idist,
                                        int* onembed, int ostride, int odist, cufftType type, int batch,
                                        size_t* workSize) {
-  return sizedCall("cufftGetSizeMany", plan, workSize, [&](Call& c) {
-    putLayout<int>(c, rank, n, inembed, istride, idist, onembed, ostride, odist);
-    c.value(static_cast<int32_t>(type));
-    c.value(static_cast<int32_t>(batch));
-  });
+  return manyCall<int>("cufftGetSizeMany", plan, rank, n, inembed, istride, idist, onembed, ostride, odist, type,
+                       static_cast<int32_t>(batch), workSize);
 }
 
 TALLY_API cufftResult cufftGetSizeMany64(cufftHandle plan, int rank, long long* n, long long* inembed,
                                          long long istride, long long idist, long long* onembed, long long ostride,
                                          long long odist, cufftType type, long long batch, size_t* workSize) {
-  return sizedCall("cufftGetSizeMany64", plan, workSize, [&](Call& c) {
-    putLayout<long long>(c, rank, n, inembed, istride, idist, onembed, ostride, odist);
-    c.value(static_cast<int32_t>(type));
-    c.value(batch);
-  });
-}
-
-// Estimates need no plan: tallyd's cuFFT answers them.
-template <typename Fill>
-cufftResult estimate(const char* name, size_t* workSize, Fill fill) {
-  Call c(kFamily, name, functionId(name));
-  fill(c);
-  c.hostOut(workSize, sizeof(size_t));
-  return result(c.run(false));
+  return manyCall<long long>("cufftGetSizeMany64", plan, rank, n, inembed, istride, idist, onembed, ostride, odist,
+                             type, batch, workSize);
 }
 
 TALLY_API cufftResult cufftEstimate1d(int nx, cufftType type, int batch, size_t* workSize) {
-  return estimate("cufftEstimate1d", workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(type));
-    c.value(static_cast<int32_t>(batch));
-  });
+  return estimate("cufftEstimate1d", workSize, [&](Call& c) { put1d(c, nx, type, batch); });
 }
 
 TALLY_API cufftResult cufftEstimate2d(int nx, int ny, cufftType type, size_t* workSize) {
-  return estimate("cufftEstimate2d", workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(ny));
-    c.value(static_cast<int32_t>(type));
-  });
+  return estimate("cufftEstimate2d", workSize, [&](Call& c) { put2d(c, nx, ny, type); });
 }
 
 TALLY_API cufftResult cufftEstimate3d(int nx, int ny, int nz, cufftType type, size_t* workSize) {
-  return estimate("cufftEstimate3d", workSize, [&](Call& c) {
-    c.value(static_cast<int32_t>(nx));
-    c.value(static_cast<int32_t>(ny));
-    c.value(static_cast<int32_t>(nz));
-    c.value(static_cast<int32_t>(type));
-  });
+  return estimate("cufftEstimate3d", workSize, [&](Call& c) { put3d(c, nx, ny, nz, type); });
 }
 
 TALLY_API cufftResult cufftEstimateMany(int rank, int* n, int* inembed, int istride, int idist, int* onembed,
                                         int ostride, int odist, cufftType type, int batch, size_t* workSize) {
   return estimate("cufftEstimateMany", workSize, [&](Call& c) {
-    putLayout<int>(c, rank, n, inembed, istride, idist, onembed, ostride, odist);
-    c.value(static_cast<int32_t>(type));
-    c.value(static_cast<int32_t>(batch));
+    putMany<int>(c, rank, n, inembed, istride, idist, onembed, ostride, odist, type, static_cast<int32_t>(batch));
   });
 }
 

@@ -94,52 +94,95 @@ int callReal(LibraryCall& c, Args... args) {
   return fn(args...);
 }
 
-int makePlan1d(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  auto nx = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<int32_t>(c);
-  size_t* ws = workSize(c);
-  return callReal<&::cufftMakePlan1d>(c, p, nx, type, batch, ws);
+// The shapes that plan making, size queries and estimates share (client/library/cufft.cc
+// writes them in declaration order, the work-area size output last).
+struct Shape1d {
+  int32_t nx;
+  cufftType type;
+  int32_t batch;
+};
+Shape1d read1d(LibraryCall& c) {
+  Shape1d d{};
+  d.nx = get<int32_t>(c);
+  d.type = static_cast<cufftType>(get<int32_t>(c));
+  d.batch = get<int32_t>(c);
+  return d;
 }
 
-int makePlan2d(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  auto nx = get<int32_t>(c);
-  auto ny = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  size_t* ws = workSize(c);
-  return callReal<&::cufftMakePlan2d>(c, p, nx, ny, type, ws);
+struct Shape2d {
+  int32_t nx, ny;
+  cufftType type;
+};
+Shape2d read2d(LibraryCall& c) {
+  Shape2d d{};
+  d.nx = get<int32_t>(c);
+  d.ny = get<int32_t>(c);
+  d.type = static_cast<cufftType>(get<int32_t>(c));
+  return d;
 }
 
-int makePlan3d(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  auto nx = get<int32_t>(c);
-  auto ny = get<int32_t>(c);
-  auto nz = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  size_t* ws = workSize(c);
-  return callReal<&::cufftMakePlan3d>(c, p, nx, ny, nz, type, ws);
+struct Shape3d {
+  int32_t nx, ny, nz;
+  cufftType type;
+};
+Shape3d read3d(LibraryCall& c) {
+  Shape3d d{};
+  d.nx = get<int32_t>(c);
+  d.ny = get<int32_t>(c);
+  d.nz = get<int32_t>(c);
+  d.type = static_cast<cufftType>(get<int32_t>(c));
+  return d;
 }
 
-int makePlanMany(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  Layout<int> l = readLayout<int>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<int32_t>(c);
-  size_t* ws = workSize(c);
-  return callReal<&::cufftMakePlanMany>(c, p, l.rank, l.n, l.inembed, l.istride, l.idist, l.onembed, l.ostride, l.odist,
-                   type, batch, ws);
+// `Batch` is int32_t for the int functions, long long for the 64-bit ones.
+template <typename Int, typename Batch>
+struct ShapeMany {
+  Layout<Int> layout;
+  cufftType type;
+  Batch batch;
+};
+template <typename Int, typename Batch>
+ShapeMany<Int, Batch> readMany(LibraryCall& c) {
+  ShapeMany<Int, Batch> d{};
+  d.layout = readLayout<Int>(c);
+  d.type = static_cast<cufftType>(get<int32_t>(c));
+  d.batch = get<Batch>(c);
+  return d;
 }
 
-int makePlanMany64(LibraryCall& c) {
+// cufftMakePlan1d and cufftGetSize1d take the same arguments, and so on for each shape.
+template <auto Real>
+int onPlan1d(LibraryCall& c) {
   cufftHandle p = plan(c);
-  Layout<long long> l = readLayout<long long>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<long long>(c);
+  Shape1d d = read1d(c);
   size_t* ws = workSize(c);
-  return callReal<&::cufftMakePlanMany64>(c, p, l.rank, l.n, l.inembed, l.istride, l.idist, l.onembed, l.ostride,
-                   l.odist, type, batch, ws);
+  return callReal<Real>(c, p, d.nx, d.type, d.batch, ws);
+}
+
+template <auto Real>
+int onPlan2d(LibraryCall& c) {
+  cufftHandle p = plan(c);
+  Shape2d d = read2d(c);
+  size_t* ws = workSize(c);
+  return callReal<Real>(c, p, d.nx, d.ny, d.type, ws);
+}
+
+template <auto Real>
+int onPlan3d(LibraryCall& c) {
+  cufftHandle p = plan(c);
+  Shape3d d = read3d(c);
+  size_t* ws = workSize(c);
+  return callReal<Real>(c, p, d.nx, d.ny, d.nz, d.type, ws);
+}
+
+template <auto Real, typename Int, typename Batch>
+int onPlanMany(LibraryCall& c) {
+  cufftHandle p = plan(c);
+  auto d = readMany<Int, Batch>(c);
+  size_t* ws = workSize(c);
+  const Layout<Int>& l = d.layout;
+  return callReal<Real>(c, p, l.rank, l.n, l.inembed, l.istride, l.idist, l.onembed, l.ostride, l.odist, d.type,
+                        d.batch, ws);
 }
 
 int xtMakePlanMany(LibraryCall& c) {
@@ -149,9 +192,9 @@ int xtMakePlanMany(LibraryCall& c) {
   auto outputType = static_cast<cudaDataType>(get<int32_t>(c));
   auto batch = get<long long>(c);
   auto executionType = static_cast<cudaDataType>(get<int32_t>(c));
-  size_t* ws = workSize(c);  // the client sends the output last
+  size_t* ws = workSize(c);
   return callReal<&::cufftXtMakePlanMany>(c, p, l.rank, l.n, l.inembed, l.istride, l.idist, inputType, l.onembed,
-                   l.ostride, l.odist, outputType, batch, ws, executionType);
+                                          l.ostride, l.odist, outputType, batch, ws, executionType);
 }
 
 int getSize(LibraryCall& c) {
@@ -160,86 +203,30 @@ int getSize(LibraryCall& c) {
   return callReal<&::cufftGetSize>(c, p, ws);
 }
 
-int getSize1d(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  auto nx = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<int32_t>(c);
-  size_t* ws = workSize(c);
-  return callReal<&::cufftGetSize1d>(c, p, nx, type, batch, ws);
-}
-
-int getSize2d(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  auto nx = get<int32_t>(c);
-  auto ny = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  size_t* ws = workSize(c);
-  return callReal<&::cufftGetSize2d>(c, p, nx, ny, type, ws);
-}
-
-int getSize3d(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  auto nx = get<int32_t>(c);
-  auto ny = get<int32_t>(c);
-  auto nz = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  size_t* ws = workSize(c);
-  return callReal<&::cufftGetSize3d>(c, p, nx, ny, nz, type, ws);
-}
-
-int getSizeMany(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  Layout<int> l = readLayout<int>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<int32_t>(c);
-  size_t* ws = workSize(c);
-  return callReal<&::cufftGetSizeMany>(c, p, l.rank, l.n, l.inembed, l.istride, l.idist, l.onembed, l.ostride, l.odist,
-                   type, batch, ws);
-}
-
-int getSizeMany64(LibraryCall& c) {
-  cufftHandle p = plan(c);
-  Layout<long long> l = readLayout<long long>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<long long>(c);
-  size_t* ws = workSize(c);
-  return callReal<&::cufftGetSizeMany64>(c, p, l.rank, l.n, l.inembed, l.istride, l.idist, l.onembed, l.ostride,
-                   l.odist, type, batch, ws);
-}
-
 int estimate1d(LibraryCall& c) {
-  auto nx = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<int32_t>(c);
+  Shape1d d = read1d(c);
   size_t* ws = workSize(c);
-  return callReal<&::cufftEstimate1d>(c, nx, type, batch, ws);
+  return callReal<&::cufftEstimate1d>(c, d.nx, d.type, d.batch, ws);
 }
 
 int estimate2d(LibraryCall& c) {
-  auto nx = get<int32_t>(c);
-  auto ny = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
+  Shape2d d = read2d(c);
   size_t* ws = workSize(c);
-  return callReal<&::cufftEstimate2d>(c, nx, ny, type, ws);
+  return callReal<&::cufftEstimate2d>(c, d.nx, d.ny, d.type, ws);
 }
 
 int estimate3d(LibraryCall& c) {
-  auto nx = get<int32_t>(c);
-  auto ny = get<int32_t>(c);
-  auto nz = get<int32_t>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
+  Shape3d d = read3d(c);
   size_t* ws = workSize(c);
-  return callReal<&::cufftEstimate3d>(c, nx, ny, nz, type, ws);
+  return callReal<&::cufftEstimate3d>(c, d.nx, d.ny, d.nz, d.type, ws);
 }
 
 int estimateMany(LibraryCall& c) {
-  Layout<int> l = readLayout<int>(c);
-  auto type = static_cast<cufftType>(get<int32_t>(c));
-  auto batch = get<int32_t>(c);
+  auto d = readMany<int, int32_t>(c);
   size_t* ws = workSize(c);
+  const Layout<int>& l = d.layout;
   return callReal<&::cufftEstimateMany>(c, l.rank, l.n, l.inembed, l.istride, l.idist, l.onembed, l.ostride, l.odist,
-                   type, batch, ws);
+                                        d.type, d.batch, ws);
 }
 
 int setWorkArea(LibraryCall& c) {
@@ -323,18 +310,18 @@ const std::vector<Executor>& cufftExecutors() {
       TALLY_CUFFT_EXECUTOR(cufftCreate, create, false),
       TALLY_CUFFT_EXECUTOR(cufftDestroy, destroy, false),
       TALLY_CUFFT_EXECUTOR(cufftSetStream, setStream, false),
-      TALLY_CUFFT_EXECUTOR(cufftMakePlan1d, makePlan1d, false),
-      TALLY_CUFFT_EXECUTOR(cufftMakePlan2d, makePlan2d, false),
-      TALLY_CUFFT_EXECUTOR(cufftMakePlan3d, makePlan3d, false),
-      TALLY_CUFFT_EXECUTOR(cufftMakePlanMany, makePlanMany, false),
-      TALLY_CUFFT_EXECUTOR(cufftMakePlanMany64, makePlanMany64, false),
+      TALLY_CUFFT_EXECUTOR(cufftMakePlan1d, onPlan1d<&::cufftMakePlan1d>, false),
+      TALLY_CUFFT_EXECUTOR(cufftMakePlan2d, onPlan2d<&::cufftMakePlan2d>, false),
+      TALLY_CUFFT_EXECUTOR(cufftMakePlan3d, onPlan3d<&::cufftMakePlan3d>, false),
+      TALLY_CUFFT_EXECUTOR(cufftMakePlanMany, (onPlanMany<&::cufftMakePlanMany, int, int32_t>), false),
+      TALLY_CUFFT_EXECUTOR(cufftMakePlanMany64, (onPlanMany<&::cufftMakePlanMany64, long long, long long>), false),
       TALLY_CUFFT_EXECUTOR(cufftXtMakePlanMany, xtMakePlanMany, false),
       TALLY_CUFFT_EXECUTOR(cufftGetSize, getSize, false),
-      TALLY_CUFFT_EXECUTOR(cufftGetSize1d, getSize1d, false),
-      TALLY_CUFFT_EXECUTOR(cufftGetSize2d, getSize2d, false),
-      TALLY_CUFFT_EXECUTOR(cufftGetSize3d, getSize3d, false),
-      TALLY_CUFFT_EXECUTOR(cufftGetSizeMany, getSizeMany, false),
-      TALLY_CUFFT_EXECUTOR(cufftGetSizeMany64, getSizeMany64, false),
+      TALLY_CUFFT_EXECUTOR(cufftGetSize1d, onPlan1d<&::cufftGetSize1d>, false),
+      TALLY_CUFFT_EXECUTOR(cufftGetSize2d, onPlan2d<&::cufftGetSize2d>, false),
+      TALLY_CUFFT_EXECUTOR(cufftGetSize3d, onPlan3d<&::cufftGetSize3d>, false),
+      TALLY_CUFFT_EXECUTOR(cufftGetSizeMany, (onPlanMany<&::cufftGetSizeMany, int, int32_t>), false),
+      TALLY_CUFFT_EXECUTOR(cufftGetSizeMany64, (onPlanMany<&::cufftGetSizeMany64, long long, long long>), false),
       TALLY_CUFFT_EXECUTOR(cufftEstimate1d, estimate1d, false),
       TALLY_CUFFT_EXECUTOR(cufftEstimate2d, estimate2d, false),
       TALLY_CUFFT_EXECUTOR(cufftEstimate3d, estimate3d, false),
