@@ -294,12 +294,6 @@ CUresult checkCapturedCopy(const Copy2D& c, cudaMemcpyKind kind, uint64_t stream
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
-// Managed memory is host memory on this side (managed_memory.cc).
-bool isManaged(uint64_t address) {
-  auto found = rt().findHostRegion(reinterpret_cast<const void*>(address));
-  return found && found->second.managed;
-}
-
 CUresult waitForStream(uint64_t streamId) {
   return rt().sync([&](wire::Call::Builder call) { call.initStreamSynchronize().setStream(streamId); });
 }
