@@ -8,6 +8,7 @@
 # PREFIX/bin/tallyd                  RUNPATH $ORIGIN/../lib
 # PREFIX/lib/libtally_client.so      RUNPATH $ORIGIN/../lib
 # PREFIX/lib/driver/libcuda.so.1  -> ../libtally_client.so (for apps that dlopen libcuda.so.1)
+# PREFIX/lib/libtally_cufft.so       soname libcufft.so.12, loaded by the client (client/entry/library_sonames.cc)
 # PREFIX/lib/lib{capnp,kj,uv,spdlog,fmt,zstd,lz4,tomlplusplus,nvJitLink}*.so*  copied from this
 #                                    machine (found with ldd), debug info stripped
 # The tarball holds one directory, basename(PREFIX): untar it anywhere and run
@@ -43,7 +44,7 @@ if [[ -z ${TALLY_BUNDLE_NO_BUILD:-} ]]; then
   if [[ ! -f $BUILD/CMakeCache.txt ]]; then
     cmake -S . -B "$BUILD" -G Ninja
   fi
-  cmake --build "$BUILD" -j "$(nproc)" --target tallyd tallyctl tally_client tally-ptx
+  cmake --build "$BUILD" -j "$(nproc)" --target tallyd tallyctl tally_client tally_cufft tally-ptx
 fi
 
 rm -rf "$PREFIX"

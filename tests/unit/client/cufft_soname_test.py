@@ -28,7 +28,7 @@ def file_defining(function):
     info = DlInfo()
     libc = ctypes.CDLL(None)
     assert libc.dladdr(ctypes.cast(function, ctypes.c_void_p), ctypes.byref(info)) != 0, "dladdr failed"
-    return os.path.basename(info.dli_fname.decode())
+    return os.path.basename(os.path.realpath(info.dli_fname.decode()))
 
 
 def main():
@@ -40,7 +40,7 @@ def main():
     where = file_defining(by_name.cufftCreate)
     if os.environ.get("TALLY_CUFFT") == "0":
         if have_real:
-            assert where == "libcufft.so.12", f"TALLY_CUFFT=0: cufftCreate found in {where}"
+            assert where.startswith("libcufft.so.12"), f"TALLY_CUFFT=0: cufftCreate found in {where}"
         print("ok: TALLY_CUFFT=0 leaves cuFFT alone")
         return
     assert where == "libtally_client.so", f"cufftCreate by name resolves to {where}, not the client"
