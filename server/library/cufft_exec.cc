@@ -7,6 +7,7 @@
 #include <cufft.h>
 #include <cufftXt.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace tally::server::library {
@@ -229,9 +230,14 @@ int estimateMany(LibraryCall& c) {
                                         d.type, d.batch, ws);
 }
 
+// cuFFT writes the plan's whole work area there: all of it must be the tenant's memory.
 int setWorkArea(LibraryCall& c) {
   cufftHandle p = plan(c);
-  void* area = c.device();
+  uint64_t address = c.readId();
+  size_t bytes = 0;
+  static auto* sizeOf = cufft<decltype(&::cufftGetSize)>("cufftGetSize");
+  if (!c.refused() && address != 0 && (sizeOf == nullptr || sizeOf(p, &bytes) != CUFFT_SUCCESS)) bytes = 0;
+  void* area = c.ownedRange(address, std::max<size_t>(bytes, 1), "work area");
   return callReal<&::cufftSetWorkArea>(c, p, area);
 }
 
