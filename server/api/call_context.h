@@ -14,8 +14,6 @@
 #include "server/session/outbox.h"
 #include "server/session/session_services.h"
 #include "server/session/tenant.h"
-
-#include <optional>
 #include "server/transform/cache/variant_store.h"
 
 #include <capnp/message.h>
@@ -23,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace tally::server::api {

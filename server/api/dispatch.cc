@@ -38,10 +38,6 @@ struct StatusView {
   CUresult operator()(CUresult status) const { return faults != nullptr ? faults->statusFor(tenant, status) : status; }
 };
 
-}  // namespace
-
-namespace {
-
 // The name of a call's kind ("launchKernel", "streamMemOps"), from the schema.
 std::string callName(wire::Call::Which kind) {
   KJ_IF_MAYBE(field, capnp::Schema::from<wire::Call>().getFieldByDiscriminant(static_cast<uint16_t>(kind))) {
@@ -280,7 +276,6 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
   }
   return ctx.protocolErrorText().empty();
 }
-
 
 std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
