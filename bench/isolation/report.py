@@ -34,13 +34,14 @@ BASELINES = ("hp-alone", "tally-hp-alone", "be-alone")
 SYSTEMS = ["native", "mps", "mps-prio", "green-split-*", "tally-passthrough", "tally-priority", "tally-no-gate",
            "tally-no-transforms", "tally-no-stream-priorities", "tally-partition", "tally-partition-64",
            "tally-partition-overlap", "tally-partition-gate", "tally-partition-24-overlap",
-           "tally-partition-overlap-dyn", "tally-partition-control"]
+           "tally-partition-overlap-dyn", "tally-partition-control", "tally-default", "tally-budget-*"]
 LABELS = {
     "native": "two native processes (time-sliced)",
     "mps": "MPS",
     "mps-prio": "MPS, BE at lower client priority",
     "tally-passthrough": "tallyd passthrough",
-    "tally-priority": "tallyd priority",
+    "tally-priority": "tallyd priority + gate",
+    "tally-default": "tallyd priority, shipped defaults (stream priorities, no gate)",
     "tally-no-gate": "tallyd priority − gate",
     "tally-no-transforms": "tallyd priority − transforms",
     "tally-no-stream-priorities": "tallyd priority − stream priorities",
@@ -58,13 +59,19 @@ BUILDS = {"ptx": "BE built with PTX (transformable)", "sass": "BE built SASS-onl
 
 def label(system):
     m = re.fullmatch(r"green-split-(\d+)", system)
-    return f"static green-context split (HP {m.group(1)} SMs)" if m else LABELS.get(system, system)
+    if m:
+        return f"static green-context split (HP {m.group(1)} SMs)"
+    m = re.fullmatch(r"tally-budget-([0-9.]+)x", system)
+    if m:
+        return f"tallyd priority + SM reserves chosen online for HP p99 ≤ {m.group(1)}× alone through tallyd"
+    return LABELS.get(system, system)
 
 
 def system_order(system):
-    m = re.fullmatch(r"green-split-(\d+)", system)
-    if m:
-        return (SYSTEMS.index("green-split-*"), int(m.group(1)))
+    for pattern, group in ((r"green-split-(\d+)", "green-split-*"), (r"tally-budget-([0-9.]+)x", "tally-budget-*")):
+        m = re.fullmatch(pattern, system)
+        if m:
+            return (SYSTEMS.index(group), float(m.group(1)))
     return (SYSTEMS.index(system) if system in SYSTEMS else len(SYSTEMS), system)
 
 

@@ -19,7 +19,10 @@
 #                     tally-no-gate tally-no-transforms tally-no-stream-priorities tally-partition
 #                     tally-partition-64 tally-partition-overlap tally-partition-gate
 #                     tally-partition-24-overlap tally-partition-overlap-dyn tally-partition-control
-#                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest)
+#                     tally-default tally-budget-<F>x
+#                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest;
+#                     tally-budget-<F>x: the reserves $BUDGET_LEVELS chosen online for HP's p99 within F x
+#                     HP alone, which tallyd learned in the tally-hp-alone run: the cache dir is shared)
 #
 # Baselines, per repeat: hp-alone (native) and tally-hp-alone per request kind, be-alone (native)
 # per BE shape and build. The BE-alone run of the first repeat calibrates the block loop count;
@@ -40,6 +43,7 @@ BE_LEAD=1
 SWEEP=""
 PAIRS="small:long small:short small:mem"
 BUILDS="sass"
+BUDGET_LEVELS=${BUDGET_LEVELS:-24,40,64:overlap}  # the reserves tally-budget-<F>x chooses from
 SYSTEMS="native mps mps-prio green-split-40 green-split-64 tally-passthrough tally-priority tally-no-gate
   tally-no-transforms tally-no-stream-priorities tally-partition tally-partition-64 tally-partition-overlap
   tally-partition-gate"
@@ -88,8 +92,8 @@ known_system() {
   case $1 in
     native|mps|mps-prio|tally-passthrough|tally-priority|tally-no-gate|tally-no-transforms) ;;
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
-    tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control) ;;
-    *) [[ $1 =~ ^green-split-[0-9]+$ ]] ;;
+    tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control|tally-default) ;;
+    *) [[ $1 =~ ^green-split-[0-9]+$ || $1 =~ ^tally-budget-[0-9.]+x$ ]] ;;
   esac
 }
 for s in $SYSTEMS; do known_system "$s" || die "unknown system $s"; done
@@ -190,7 +194,8 @@ client_env() {
 tally_flags() {
   case $1 in
     tally-passthrough) echo "--policy passthrough" ;;
-    tally-priority) echo "--policy priority" ;;
+    tally-default) echo "--policy priority" ;;  # the shipped configuration's scheduler keys
+    tally-priority) echo "--policy priority --gate" ;;
     tally-no-gate) echo "--policy priority --no-gate" ;;
     tally-no-transforms) echo "--policy priority --no-transforms" ;;
     tally-no-stream-priorities) echo "--policy priority --no-stream-priorities" ;;
@@ -203,6 +208,7 @@ tally_flags() {
     tally-partition-overlap-dyn) echo "--policy priority --sm-partition 40:overlap --partition-idle-ms 0.3" ;;
     # Split only while that serves HP better than sharing every SM (learned from HP's waits).
     tally-partition-control) echo "--policy priority --sm-partition 40:overlap --partition-control" ;;
+    tally-budget-*) echo "--policy priority --sm-partition $BUDGET_LEVELS --hp-p99-budget ${1#tally-budget-}" ;;
   esac
 }
 
@@ -250,7 +256,9 @@ record() {  # repeat pair kind be_key build system rho hp_json be_json
 
 hp_alone() {  # repeat kind rho rate baseline(hp-alone|tally-hp-alone)
   local hp="" system=native
-  [[ $5 == tally-hp-alone ]] && system=tally-priority
+  # Through tallyd with the budget's reserves: HP alone never splits them, and tallyd learns
+  # (and keeps in the cache dir) HP's p99 alone, which tally-budget-<F>x is relative to.
+  [[ $5 == tally-hp-alone ]] && system=tally-budget-1x
   if prepare "$system"; then
     hp=$(env $(client_env "$system" hp) "$BIN/hp_infer" --request "$2" --rate "$4" \
       --seconds "$SECONDS_PER_RUN" --seed "$1" 2>>"$OUT/clients.log") || log "$5 $2 failed"

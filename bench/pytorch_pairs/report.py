@@ -21,7 +21,7 @@ import json
 import statistics
 import sys
 
-ORDER = ["native", "mps", "mps-prio", "tally-passthrough", "tally-priority", "tally-partition",
+ORDER = ["native", "mps", "mps-prio", "tally-passthrough", "tally-default", "tally-priority", "tally-partition",
          "tally-partition-overlap"]
 BASELINES = ["hp-alone", "tally-hp-alone", "be-alone", "tally-be-alone"]
 LABELS = {
@@ -29,7 +29,8 @@ LABELS = {
     "mps": "MPS",
     "mps-prio": "MPS, BE at lower client priority",
     "tally-passthrough": "tallyd passthrough",
-    "tally-priority": "tallyd priority",
+    "tally-default": "tallyd priority, shipped defaults (no gate)",
+    "tally-priority": "tallyd priority + gate",
     "tally-partition": "tallyd priority + SM partition (HP 40 SMs)",
     "tally-partition-overlap": "tallyd priority + SM partition (40 SMs, overlap)",
     "hp-alone": "HP alone (native)",

@@ -6,8 +6,8 @@
 #   bench/pytorch_pairs/run.sh <build dir> <out dir> [options]
 #     --pairs "…"       HP model:BE model (default "bert:resnet50 resnet50:gpt2");
 #                       HP: bert resnet50; BE: resnet50 gpt2
-#     --systems "…"     of: native mps mps-prio tally-passthrough tally-priority tally-partition
-#                       tally-partition-overlap (default "native mps-prio tally-priority
+#     --systems "…"     of: native mps mps-prio tally-passthrough tally-default tally-priority
+#                       tally-partition tally-partition-overlap (default "native mps-prio tally-priority
 #                       tally-partition-overlap")
 #     --seconds S       measured window of every run (default 10)
 #     --lead L          BE trains uncounted this long before the HP schedule starts (default 10)
@@ -26,7 +26,8 @@
 # Systems: native = two plain processes (time-sliced); mps/mps-prio = an MPS daemon on a private
 # pipe directory, mps-prio with CUDA_MPS_CLIENT_PRIORITY=1 for BE; tally-* = a fresh private
 # tallyd per run (--listen unix:…, --admin "", --library-dir <cuDNN of the torch wheel>):
-# tally-passthrough --policy passthrough; tally-priority --policy priority; tally-partition
+# tally-passthrough --policy passthrough; tally-default --policy priority (the shipped
+# scheduler keys: stream priorities, no gate); tally-priority + --gate; tally-partition
 # + --sm-partition 40; tally-partition-overlap + --sm-partition 40:overlap. Clients of tallyd
 # run with TALLY_PRIORITY=high (HP) / best-effort (BE) and, as root, with the GPU and libcuda
 # hidden (tests/gpu/hide_gpu.sh in a mount namespace).
@@ -85,7 +86,7 @@ TALLY=0
 for s in $SYSTEMS; do
   case $s in
     native|mps|mps-prio) ;;
-    tally-passthrough|tally-priority|tally-partition|tally-partition-overlap) TALLY=1 ;;
+    tally-passthrough|tally-default|tally-priority|tally-partition|tally-partition-overlap) TALLY=1 ;;
     *) die "unknown system $s" ;;
   esac
 done
@@ -176,7 +177,8 @@ fi
 tally_flags() {
   case $1 in
     tally-passthrough) echo "--policy passthrough" ;;
-    tally-priority) echo "--policy priority" ;;
+    tally-default) echo "--policy priority" ;;
+    tally-priority) echo "--policy priority --gate" ;;
     tally-partition) echo "--policy priority --sm-partition 40" ;;
     tally-partition-overlap) echo "--policy priority --sm-partition 40:overlap" ;;
   esac
@@ -344,8 +346,8 @@ except Exception:
   alone "$pair" hp-alone native hp "$LIMIT" "${hp_args[@]}"
   alone "$pair" be-alone native be "$LIMIT" "${be_args[@]}"
   if [[ $TALLY -eq 1 ]]; then
-    alone "$pair" tally-be-alone tally-priority be "$LIMIT" "${be_args[@]}"
-    alone "$pair" tally-hp-alone tally-priority hp "$LIMIT" "${hp_args[@]}"
+    alone "$pair" tally-be-alone tally-default be "$LIMIT" "${be_args[@]}"
+    alone "$pair" tally-hp-alone tally-default hp "$LIMIT" "${hp_args[@]}"
   fi
   for system in $SYSTEMS; do
     colocated "$pair" "$system"

@@ -151,7 +151,7 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   if (CUresult r = launchAttributes(ctx, *f->gpu, args, attributes); r != CUDA_SUCCESS) return ctx.finish(r);
   // The application sized a cooperative grid for every SM of the device: an SM partition could
   // not hold it at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE where it runs natively).
-  if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::kWholeGpu);
+  if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::wholeGpu());
   scheduler::KernelLaunch k = kernelLaunch(ctx, *f, *s, args, buffer, params);
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.

@@ -4,32 +4,13 @@
 
 namespace tally::server::gpu {
 
-std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::string& error) {
-  if (text.empty() || text == "off") return std::nullopt;
-  SmPartitionSpec spec;
-  std::string_view count = text;
-  if (auto colon = text.find(':'); colon != std::string_view::npos) {
-    if (text.substr(colon + 1) != "overlap") {
-      error = "SM partition '" + std::string(text) + "': the only option after ':' is 'overlap'";
-      return std::nullopt;
-    }
-    spec.overlap = true;
-    count = text.substr(0, colon);
-  }
-  const bool percent = !count.empty() && count.back() == '%';
-  if (percent) count.remove_suffix(1);
-  unsigned value = 0;
-  auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), value);
-  if (ec != std::errc() || end != count.data() + count.size() || value == 0 || (percent && value >= 100)) {
-    error = "SM partition '" + std::string(text) +
-            "': expected off, N or P% with an optional :overlap (N > 0 SMs for HP, or 1-99 % of them)";
-    return std::nullopt;
-  }
-  (percent ? spec.hpPercent : spec.hpSms) = value;
-  return spec;
-}
-
 namespace {
+
+std::string specError(std::string_view text) {
+  return "SM partition '" + std::string(text) + "': expected off, or up to " + std::to_string(kMaxPartitionLevels) +
+         " increasing sizes N (SMs for HP, N > 0) or P% (1-99 % of them) separated by commas, with an optional "
+         ":overlap";
+}
 
 std::string driverError(const char* call, CUresult r) {
   const char* name = nullptr;
@@ -45,6 +26,39 @@ CUresult makeGreenContext(CUdevice device, CUdevResource& resource, CUgreenCtx& 
 
 }  // namespace
 
+std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::string& error) {
+  if (text.empty() || text == "off") return std::nullopt;
+  SmPartitionSpec spec;
+  std::string_view sizes = text;
+  if (auto colon = text.find(':'); colon != std::string_view::npos) {
+    if (text.substr(colon + 1) != "overlap") {
+      error = "SM partition '" + std::string(text) + "': the only option after ':' is 'overlap'";
+      return std::nullopt;
+    }
+    spec.overlap = true;
+    sizes = text.substr(0, colon);
+  }
+  while (true) {
+    const size_t comma = sizes.find(',');
+    std::string_view size = sizes.substr(0, comma);
+    const bool percent = !size.empty() && size.back() == '%';
+    if (percent) size.remove_suffix(1);
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(size.data(), size.data() + size.size(), value);
+    const bool increasing = spec.hpSms.empty() || value > spec.hpSms.back();
+    if (ec != std::errc() || end != size.data() + size.size() || value == 0 || (percent && value >= 100) ||
+        (!spec.hpSms.empty() && percent != spec.percent) || !increasing || spec.hpSms.size() == kMaxPartitionLevels) {
+      error = specError(text);
+      return std::nullopt;
+    }
+    spec.percent = percent;
+    spec.hpSms.push_back(value);
+    if (comma == std::string_view::npos) break;
+    sizes.remove_prefix(comma + 1);
+  }
+  return spec;
+}
+
 std::unique_ptr<SmPartitions> SmPartitions::create(CUdevice device, SmPartitionSpec spec, std::string& error) {
   std::unique_ptr<SmPartitions> p(new SmPartitions());
   CUdevResource all{};
@@ -53,63 +67,74 @@ std::unique_ptr<SmPartitions> SmPartitions::create(CUdevice device, SmPartitionS
     return nullptr;
   }
   p->allSms_ = all.sm.smCount;
-  const unsigned hpSms = spec.hpSmsOf(all.sm.smCount);
+  if (spec.overlap) {
+    if (CUresult r = makeGreenContext(device, all, p->everySm_); r != CUDA_SUCCESS) {
+      error = driverError("cuGreenCtxCreate (HP partition of every SM)", r);
+      return nullptr;
+    }
+  }
+  for (size_t i = 0; i < spec.levels(); ++i) {
+    if (!p->addLevel(device, all, spec.hpSmsOf(all.sm.smCount, i), error)) return nullptr;
+  }
+  return p;
+}
+
+bool SmPartitions::addLevel(CUdevice device, CUdevResource& all, unsigned hpSms, std::string& error) {
   if (hpSms >= all.sm.smCount) {
     error = "HP partition of " + std::to_string(hpSms) + " SMs leaves none of the device's " +
             std::to_string(all.sm.smCount) + " for best-effort work";
-    return nullptr;
+    return false;
   }
   CUdevResource hp{}, rest{};
   unsigned groups = 1;
   if (CUresult r = cuDevSmResourceSplitByCount(&hp, &groups, &all, &rest, 0, hpSms); r != CUDA_SUCCESS) {
     error = driverError("cuDevSmResourceSplitByCount", r);
-    return nullptr;
+    return false;
   }
   if (rest.sm.smCount == 0) {
     error = "HP partition rounded up to " + std::to_string(hp.sm.smCount) + " SMs leaves none for best-effort work";
-    return nullptr;
+    return false;
   }
-  CUdevResource& hpResource = spec.overlap ? all : hp;
-  if (CUresult r = makeGreenContext(device, hpResource, p->hp_); r != CUDA_SUCCESS) {
-    error = driverError("cuGreenCtxCreate (HP partition)", r);
-    return nullptr;
+  Level& level = levels_.emplace_back();
+  if (everySm_ == nullptr) {
+    if (CUresult r = makeGreenContext(device, hp, level.hp); r != CUDA_SUCCESS) {
+      error = driverError("cuGreenCtxCreate (HP partition)", r);
+      return false;
+    }
   }
-  if (CUresult r = makeGreenContext(device, rest, p->be_); r != CUDA_SUCCESS) {
+  if (CUresult r = makeGreenContext(device, rest, level.be); r != CUDA_SUCCESS) {
     error = driverError("cuGreenCtxCreate (BE partition)", r);
-    return nullptr;
+    return false;
   }
-  p->hpSms_ = hpResource.sm.smCount;
-  p->beSms_ = rest.sm.smCount;
-  return p;
+  level.hpSms = everySm_ != nullptr ? all.sm.smCount : hp.sm.smCount;
+  level.beSms = rest.sm.smCount;
+  return true;
 }
 
 SmPartitions::~SmPartitions() {
-  if (hp_ != nullptr) cuGreenCtxDestroy(hp_);
-  if (be_ != nullptr) cuGreenCtxDestroy(be_);
+  for (Level& level : levels_) {
+    if (level.hp != nullptr) cuGreenCtxDestroy(level.hp);
+    if (level.be != nullptr) cuGreenCtxDestroy(level.be);
+  }
+  if (everySm_ != nullptr) cuGreenCtxDestroy(everySm_);
+}
+
+const SmPartitions::Level* SmPartitions::level(Placement p) const {
+  return p.side == Placement::Side::kWholeGpu || p.level >= levels_.size() ? nullptr : &levels_[p.level];
 }
 
 CUresult SmPartitions::createStream(Placement p, int priority, CUstream& out) const {
-  switch (p) {
-    case Placement::kWholeGpu:
-      return cuStreamCreateWithPriority(&out, CU_STREAM_NON_BLOCKING, priority);
-    case Placement::kHpPartition:
-      return cuGreenCtxStreamCreate(&out, hp_, CU_STREAM_NON_BLOCKING, priority);
-    case Placement::kBePartition:
-      return cuGreenCtxStreamCreate(&out, be_, CU_STREAM_NON_BLOCKING, priority);
-  }
-  return CUDA_ERROR_INVALID_VALUE;
+  if (p.side == Placement::Side::kWholeGpu) return cuStreamCreateWithPriority(&out, CU_STREAM_NON_BLOCKING, priority);
+  const Level* l = level(p);
+  if (l == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUgreenCtx context = p.side == Placement::Side::kBe ? l->be : (l->hp != nullptr ? l->hp : everySm_);
+  return cuGreenCtxStreamCreate(&out, context, CU_STREAM_NON_BLOCKING, priority);
 }
 
 unsigned SmPartitions::smCount(Placement p) const {
-  switch (p) {
-    case Placement::kWholeGpu:
-      return allSms_;
-    case Placement::kHpPartition:
-      return hpSms_;
-    case Placement::kBePartition:
-      return beSms_;
-  }
-  return 0;
+  if (p.side == Placement::Side::kWholeGpu) return allSms_;
+  const Level* l = level(p);
+  return l == nullptr ? 0 : p.side == Placement::Side::kHp ? l->hpSms : l->beSms;
 }
 
 }  // namespace tally::server::gpu

@@ -1,6 +1,7 @@
 // SM partitions of one GPU (green contexts of tallyd's primary context): a partition for
 // high-priority (HP) tenants and one of the remaining SMs for best-effort (BE) tenants, so that
-// BE blocks, however long, never occupy the SMs HP needs next. Green contexts are views of the
+// BE blocks, however long, never occupy the SMs HP needs next; one such pair per reserve size
+// (level), made at startup, for the scheduler to choose between. Green contexts are views of the
 // primary context: the modules, memory and events of the shared context work in them unchanged
 // (bench/micro/green_ctx_probe verifies this on the GPU), so a tenant's stream can move between
 // the whole GPU and a partition at any point of its work (session/stream_table.h, place()).
@@ -16,51 +17,79 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tally::server::gpu {
 
-// Where a stream's work runs.
-enum class Placement : uint8_t {
-  kWholeGpu,      // the primary context: every SM
-  kHpPartition,   // the HP partition's SMs
-  kBePartition,   // the SMs the HP partition leaves
-};
-inline constexpr size_t kPlacements = 3;
-inline size_t placementIndex(Placement p) { return static_cast<size_t>(p); }
+// How many reserve sizes one GPU's partitions may have (the controller's levels).
+inline constexpr size_t kMaxPartitionLevels = 4;
 
-struct SmPartitionSpec {
-  unsigned hpSms = 0;      // SMs reserved for HP (rounded up by the driver to its granularity) ...
-  unsigned hpPercent = 0;  // ... or this share of the device's SMs, when set ("30%")
-  unsigned hpSmsOf(unsigned deviceSms) const {
-    return hpPercent == 0 ? hpSms : std::max(1u, (deviceSms * hpPercent + 50) / 100);
+// Where a stream's work runs: every SM, or one side of one partition level (level i splits the
+// SMs at the i-th reserve size of SmPartitionSpec).
+struct Placement {
+  enum class Side : uint8_t { kWholeGpu, kHp, kBe };
+  Side side = Side::kWholeGpu;
+  uint8_t level = 0;  // kHp / kBe only
+
+  static constexpr Placement wholeGpu() { return {}; }
+  static constexpr Placement hp(uint8_t level) { return {Side::kHp, level}; }
+  static constexpr Placement be(uint8_t level) { return {Side::kBe, level}; }
+  friend constexpr bool operator==(Placement a, Placement b) {
+    return a.side == b.side && (a.side == Side::kWholeGpu || a.level == b.level);
   }
+};
+inline constexpr size_t kPlacements = 1 + 2 * kMaxPartitionLevels;
+inline size_t placementIndex(Placement p) {
+  return p.side == Placement::Side::kWholeGpu ? 0 : 1 + 2 * size_t(p.level) + (p.side == Placement::Side::kBe ? 1 : 0);
+}
+
+// The SMs reserved for HP, one size per level in increasing order: a larger reserve bounds HP
+// better and leaves BE less.
+struct SmPartitionSpec {
+  std::vector<unsigned> hpSms;  // SMs per level (rounded up by the driver to its granularity) ...
+  bool percent = false;         // ... or shares of the device's SMs in percent ("10%,30%")
   // HP's partition spans every SM (it only stops being time-sliced with BE's partition); BE
-  // still gets the SMs hpSms leaves.
+  // still gets the SMs the reserve leaves.
   bool overlap = false;
+
+  size_t levels() const { return hpSms.size(); }
+  unsigned hpSmsOf(unsigned deviceSms, size_t level) const {
+    const unsigned v = hpSms.at(level);
+    return percent ? std::max(1u, (deviceSms * v + 50) / 100) : v;
+  }
 };
 
-// "off" (nullopt, no error), "N", "P%" (1-99 % of the device's SMs), each optionally followed by
-// ":overlap"; nullopt with `error` for anything else.
+// "off" (nullopt, no error), or up to kMaxPartitionLevels increasing sizes separated by commas,
+// each "N" (SMs) or all "P%" (1-99 % of the device's SMs), optionally followed by ":overlap";
+// nullopt with `error` for anything else.
 std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::string& error);
 
 class SmPartitions {
  public:
-  // Splits `device`'s SMs as `spec` says; nullptr with `error` when the driver cannot (no green
-  // contexts, too many SMs asked). The device's primary context must be current.
+  // Splits `device`'s SMs at every level of `spec`; nullptr with `error` when the driver cannot
+  // (no green contexts, too many SMs asked). The device's primary context must be current.
   static std::unique_ptr<SmPartitions> create(CUdevice device, SmPartitionSpec spec, std::string& error);
   ~SmPartitions();
   SmPartitions(const SmPartitions&) = delete;
   SmPartitions& operator=(const SmPartitions&) = delete;
 
-  // A non-blocking stream of `priority` in placement `p` (kWholeGpu: in the current context).
+  // A non-blocking stream of `priority` in placement `p` (the whole GPU: in the current context).
   CUresult createStream(Placement p, int priority, CUstream& out) const;
-  unsigned smCount(Placement p) const;
+  unsigned smCount(Placement p) const;  // 0 for a level that does not exist
+  size_t levels() const { return levels_.size(); }
 
  private:
+  struct Level {
+    CUgreenCtx hp = nullptr;  // null with overlap: HP uses everySm_
+    CUgreenCtx be = nullptr;
+    unsigned hpSms = 0, beSms = 0;
+  };
   SmPartitions() = default;
-  CUgreenCtx hp_ = nullptr;
-  CUgreenCtx be_ = nullptr;
-  unsigned allSms_ = 0, hpSms_ = 0, beSms_ = 0;
+  const Level* level(Placement p) const;
+  bool addLevel(CUdevice device, CUdevResource& all, unsigned hpSms, std::string& error);
+  CUgreenCtx everySm_ = nullptr;  // with overlap: HP's green context at every level
+  std::vector<Level> levels_;
+  unsigned allSms_ = 0;
 };
 
 }  // namespace tally::server::gpu

@@ -251,7 +251,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
                                                "priority_transforms", "priority_stream_priorities",
                                                "priority_max_pause_us", "priority_sm_partition", "priority_partition_idle_ms",
-                                               "priority_partition_gate", "priority_partition_control", "tls_cert", "tls_key", "tls_client_ca",
+                                               "priority_partition_gate", "priority_partition_control", "priority_hp_p99_budget", "tls_cert", "tls_key", "tls_client_ca",
                                                "allow_plain_tcp", "metrics_listen", "handshake_timeout_ms",
                                                "max_connections", "allow_anonymous_high_priority",
                                                "kernel_timeout_s", "fault_quarantine_after", "fault_quarantine_window_s",
@@ -299,6 +299,15 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   sched.partitionIdleMillis = table["priority_partition_idle_ms"].value_or(sched.partitionIdleMillis);
   sched.partitionGate = table["priority_partition_gate"].value_or(sched.partitionGate);
   sched.partitionControl = table["priority_partition_control"].value_or(sched.partitionControl);
+  if (auto text = table["priority_hp_p99_budget"].value<std::string>()) {
+    std::string why;
+    auto budget = scheduler::parseHpP99Budget(*text, why);
+    if (!budget) {
+      error = fmt::format("{}: priority_hp_p99_budget: {}", path, why);
+      return false;
+    }
+    sched.hpP99Budget = *budget;
+  }
   if (auto spec = table["priority_sm_partition"].value<std::string>()) {
     std::string why;
     sched.smPartition = gpu::parseSmPartitionSpec(*spec, why);

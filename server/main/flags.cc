@@ -25,15 +25,18 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
       ->check(CLI::IsMember({"passthrough", "priority"}));
   app.add_option("--budget-us", f.budgetMicros, "priority: turnaround budget of best-effort kernels, µs");
   app.add_option("--idle-window-us", f.idleWindowMicros, "priority: HP idle time before best-effort work runs, µs");
-  app.add_flag("--no-gate", f.noGate, "priority: do not hold best-effort kernels while HP runs (ablation)");
+  app.add_flag("--gate", f.gate, "priority: hold best-effort kernels while HP runs");
+  app.add_flag("--no-gate", f.noGate, "priority: do not hold best-effort kernels while HP runs (the default)");
   app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (ablation)");
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
   app.add_option("--hp-poll-us", f.hpPollMicros, "how long an HP tenant's session thread polls its socket before it sleeps, µs");
   app.add_option("--sm-partition", f.smPartition,
-                 "priority: off, N or P% (SMs for HP, or a share of them), optionally :overlap — while HP and best-effort tenants are both active");
+                 "priority: off, or increasing reserves N or P% (SMs for HP, or a share of them) separated by commas, optionally :overlap — while HP and best-effort tenants are both active");
   app.add_option("--partition-idle-ms", f.partitionIdleMillis, "priority: a class idle this long ends the SM split, ms");
   app.add_flag("--partition-control", f.partitionControl,
-               "priority: split the SMs only while that serves HP better than sharing them (learned online)");
+               "priority: use the smallest SM reserve that serves HP as well as the next larger one (learned online)");
+  app.add_option("--hp-p99-budget", f.hpP99Budget,
+                 "priority: use the smallest SM reserve whose HP p99 stays within <µs>us or <factor>x of HP alone (learned online)");
   app.add_flag("--partition-gate", f.partitionGate, "priority: also gate and transform best-effort work while split (ablation)");
   try {
     app.parse(argc, argv);
@@ -62,6 +65,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
   if (!f.policy.empty()) sched.policy = f.policy;
   if (f.budgetMicros) sched.budgetMicros = *f.budgetMicros;
   if (f.idleWindowMicros) sched.idleWindowMicros = *f.idleWindowMicros;
+  if (f.gate) sched.gate = true;
   if (f.noGate) sched.gate = false;
   if (f.noTransforms) sched.transforms = false;
   if (f.noStreamPriorities) sched.streamPriorities = false;
@@ -76,6 +80,14 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
   if (f.partitionIdleMillis) sched.partitionIdleMillis = *f.partitionIdleMillis;
   if (f.partitionGate) sched.partitionGate = true;
   if (f.partitionControl) sched.partitionControl = true;
+  if (f.hpP99Budget) {
+    auto budget = scheduler::parseHpP99Budget(*f.hpP99Budget, error);
+    if (!budget) {
+      error = "--hp-p99-budget: " + error;
+      return false;
+    }
+    sched.hpP99Budget = *budget;
+  }
   sched.profilesPath = config.cacheDir + "/kernel-durations.tsv";
   return true;
 }

@@ -19,9 +19,10 @@ struct CommandLine {
   std::optional<std::string> admin, metricsListen;
   std::string logLevel, transform, cacheDir, libraryDir, traceCalls, policy, tlsCert, tlsKey, tlsClientCa;
   std::optional<double> budgetMicros, idleWindowMicros, partitionIdleMillis;
+  std::optional<std::string> hpP99Budget;
   std::optional<std::string> smPartition;
   std::optional<unsigned> hpPollMicros;
-  bool noGate = false, noTransforms = false, noStreamPriorities = false, partitionGate = false, partitionControl = false;
+  bool gate = false, noGate = false, noTransforms = false, noStreamPriorities = false, partitionGate = false, partitionControl = false;
 };
 
 // Parses argv; nullopt to go on, or the exit status (--help, or a bad flag, already reported).

@@ -1,6 +1,7 @@
 #include "server/scheduler/decisions.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +41,26 @@ bool PartitionSplit::split(Nanos now) const {
          now - lastBe_.load(std::memory_order_relaxed) < idleWindow_;
 }
 
+std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& error) {
+  HpP99Budget budget;
+  if (text.empty() || text == "off") return budget;
+  const bool micros = text.ends_with("us");
+  const bool factor = text.ends_with("x");
+  std::string_view number = text.substr(0, text.size() - (micros ? 2 : factor ? 1 : 0));
+  double value = 0;
+  auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if ((!micros && !factor) || ec != std::errc() || end != number.data() + number.size() || !(value > 0) ||
+      (factor && value < 1)) {
+    error = "HP p99 budget '" + std::string(text) + "': expected off, <µs>us (e.g. 600us) or <factor>x of HP alone (>= 1, e.g. 1.5x)";
+    return std::nullopt;
+  }
+  (micros ? budget.micros : budget.factor) = value;
+  return budget;
+}
+
+PartitionController::PartitionController(Knobs knobs)
+    : knobs_(knobs), level_(knobs.levels), probeEvery_(knobs.probeEvery), p99At_(knobs.levels + 1, 0.0) {}
+
 double PartitionController::p99(std::vector<double>& samples) {
   size_t k = (samples.size() * 99) / 100;
   if (k >= samples.size()) k = samples.size() - 1;
@@ -49,34 +70,62 @@ double PartitionController::p99(std::vector<double>& samples) {
 
 void PartitionController::observeHpWait(double micros) {
   window_.push_back(micros);
-  if (mode_ == Mode::kSplit) ++splitSince_;
+  if (!probing_) ++sinceProbe_;
   if (window_.size() >= knobs_.window) finishWindow();
+}
+
+void PartitionController::observeHpAloneWait(double micros) {
+  aloneWindow_.push_back(micros);
+  if (aloneWindow_.size() < knobs_.window) return;
+  aloneP99_ = p99(aloneWindow_);
+  aloneWindow_.clear();
+}
+
+double PartitionController::budgetMicros() const {
+  if (knobs_.budget.micros > 0) return knobs_.budget.micros;
+  return knobs_.budget.factor * aloneP99_;
+}
+
+bool PartitionController::meetsTarget(size_t level, double tail) const {
+  if (knobs_.budget.set()) {
+    const double budget = budgetMicros();
+    return budget > 0 ? tail <= budget : level == knobs_.levels;  // HP alone unknown: stay safe
+  }
+  if (level == knobs_.levels) return true;  // nothing safer to compare with
+  return p99At_[level + 1] > 0 && tail <= knobs_.tolerance * p99At_[level + 1];
+}
+
+void PartitionController::moveTo(size_t level) {
+  level_ = level;
+  sinceProbe_ = 0;
 }
 
 void PartitionController::finishWindow() {
   const double tail = p99(window_);
   window_.clear();
-  switch (mode_) {
-    case Mode::kSplit:
-      splitP99_ = tail;
-      if (splitSince_ >= probeEvery_) {
-        mode_ = Mode::kProbing;
-        ++probes_;
-      }
-      return;
-    case Mode::kProbing:
-    case Mode::kSharing:
-      sharedP99_ = tail;
-      if (splitP99_ > 0 && tail <= knobs_.tolerance * splitP99_) {
-        if (mode_ == Mode::kProbing) probeEvery_ = knobs_.probeEvery;  // sharing pays: forget the back-off
-        mode_ = Mode::kSharing;
-        return;
-      }
-      // Sharing hurts HP: split again, and probe less often while it keeps hurting.
-      if (mode_ == Mode::kProbing) probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
-      mode_ = Mode::kSplit;
-      splitSince_ = 0;
-      return;
+  p99At_[level_] = tail;
+  const bool met = meetsTarget(level_, tail);
+  if (probing_) {
+    probing_ = false;
+    if (met) {
+      probeEvery_ = knobs_.probeEvery;  // the smaller reserve serves: forget the back-off
+      moveTo(level_);
+    } else {
+      // It hurts HP: back up, and probe less often while it keeps hurting.
+      probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
+      moveTo(level_ + 1);
+    }
+    return;
+  }
+  if (!met && level_ < knobs_.levels) {
+    moveTo(level_ + 1);
+    return;
+  }
+  const bool budgetUnknown = knobs_.budget.set() && budgetMicros() <= 0;  // nothing to judge a probe by
+  if (met && level_ > 0 && sinceProbe_ >= probeEvery_ && !budgetUnknown) {
+    moveTo(level_ - 1);
+    probing_ = true;
+    ++probes_;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tally::server::scheduler {
@@ -55,44 +56,68 @@ class PartitionSplit {
   std::atomic<Nanos> lastBe_{kLongAgo};
 };
 
-// Whether splitting the SMs pays for the pair of tenants at hand, learned online from HP's
-// synchronizing waits. A split bounds what HP waits for behind BE blocks, at the price of HP's
-// own speed on its partition and BE's on the rest; when BE's blocks are short, sharing every SM
-// may serve HP as well and BE better. The controller starts split (the safe side), and every
-// `probeEvery` HP waits it shares for `window` waits: if HP's p99 while sharing is within
-// `tolerance` of its p99 while split, it keeps sharing (re-checking each window), else it goes
-// back to splitting and waits twice as long before the next probe. CUDA-free, one caller at a
-// time (the policy's lock).
+// The operator's bound on HP's p99 synchronizing wait while BE work is active: absolute, or a
+// factor of HP's own p99 with no BE work active (learned online).
+struct HpP99Budget {
+  double micros = 0;  // > 0: absolute, µs
+  double factor = 0;  // > 0: x HP alone
+  bool set() const { return micros > 0 || factor > 0; }
+};
+// "off" or "" (none), "<µs>us" or "<factor>x" (factor >= 1); nullopt with `error` otherwise.
+std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& error);
+
+// Which partition level serves the pair of tenants at hand, learned online from HP's
+// synchronizing waits while BE is active. Level 0 shares every SM; level i (1..levels) splits
+// them at the i-th reserve size, a larger reserve bounding what HP waits for behind BE blocks at
+// the price of HP's own speed on its partition and BE's on the rest. The controller starts at the
+// largest reserve (the safe side). Every `probeEvery` HP waits at a level above 0 it tries the
+// level below for one window of `window` waits, and keeps it if HP's p99 there meets the target,
+// else goes back and waits twice as long before the next probe. The target is the budget when
+// one is set, else HP's p99 at the level above times `tolerance` (as well served as with the
+// larger reserve). A budget relative to HP alone holds at the largest reserve until HP's p99
+// alone is known. A settled window that misses the target moves one level up at once.
+// CUDA-free, one caller at a time (the policy's lock).
 class PartitionController {
  public:
   struct Knobs {
+    size_t levels = 1;           // reserve sizes (SmPartitionSpec::levels())
     size_t window = 200;         // HP waits per measurement
-    size_t probeEvery = 2000;    // split HP waits before the first probe of sharing
+    size_t probeEvery = 600;     // waits at a level before the first probe of the one below (3 windows)
     size_t maxProbeEvery = 64000;
-    double tolerance = 1.1;      // sharing is kept while its p99 <= tolerance x split's p99
+    double tolerance = 1.1;      // without a budget: a level is kept while its p99 <= tolerance x the level above's
+    HpP99Budget budget;          // none: the tolerance rule
   };
   PartitionController() : PartitionController(Knobs{}) {}
-  explicit PartitionController(Knobs knobs) : knobs_(knobs), probeEvery_(knobs.probeEvery) {}
+  explicit PartitionController(Knobs knobs);
   // An HP tenant's synchronizing wait of `micros`, while BE was active (waits of HP alone say
   // nothing about the pair and are ignored).
   void observeHpWait(double micros);
-  bool wantSplit() const { return mode_ != Mode::kSharing && mode_ != Mode::kProbing; }
+  // A wait with no BE work active: what a budget relative to HP alone is relative to.
+  void observeHpAloneWait(double micros);
+  void setAloneP99(double micros) { aloneP99_ = micros; }  // learned before (kept across restarts)
+  double aloneP99() const { return aloneP99_; }              // 0: not known yet
+  double budgetMicros() const;                               // 0: none, or not known yet
+  size_t level() const { return level_; }  // 0: share every SM
+  bool wantSplit() const { return level_ > 0; }
   uint64_t probes() const { return probes_; }
-  // The p99 of the last full window in each mode (0: none yet), for logs and tests.
-  double splitP99() const { return splitP99_; }
-  double sharedP99() const { return sharedP99_; }
+  // The p99 of the last full window at a level (0: none yet), for logs and tests.
+  double p99At(size_t level) const { return p99At_.at(level); }
 
  private:
-  enum class Mode { kSplit, kProbing, kSharing };
   static double p99(std::vector<double>& samples);
+  bool meetsTarget(size_t level, double tail) const;
   void finishWindow();
+  void moveTo(size_t level);
 
   Knobs knobs_;
-  Mode mode_ = Mode::kSplit;
+  size_t level_;
+  bool probing_ = false;  // level_ is on trial for one window
   size_t probeEvery_;
-  size_t splitSince_ = 0;  // waits seen split since the last probe
+  size_t sinceProbe_ = 0;  // waits at level_ since it was reached
   std::vector<double> window_;
-  double splitP99_ = 0, sharedP99_ = 0;
+  std::vector<double> aloneWindow_;
+  double aloneP99_ = 0;
+  std::vector<double> p99At_;
   uint64_t probes_ = 0;
 };
 

@@ -10,7 +10,7 @@ class PassthroughPolicy final : public Policy {
   explicit PassthroughPolicy(Launcher& launcher) : launcher_(launcher) {}
   const char* name() const override { return "passthrough"; }
   std::optional<int> streamPriority(bool, const gpu::Gpu&) const override { return std::nullopt; }
-  gpu::Placement placement(bool, gpu::Gpu&) override { return gpu::Placement::kWholeGpu; }
+  gpu::Placement placement(bool, gpu::Gpu&) override { return gpu::Placement::wholeGpu(); }
   void observeHpWait(gpu::Gpu&, double) override {}
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override {

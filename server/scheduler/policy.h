@@ -20,6 +20,7 @@
 #include "common/metrics/latency_histogram.h"
 #include "server/gpu/gpu.h"
 #include "server/gpu/variant_launch.h"
+#include "server/scheduler/decisions.h"
 
 namespace tally::server::scheduler {
 
@@ -28,7 +29,9 @@ struct SchedulerConfig {
   double idleWindowMicros = 100;       // HP idle this long before best-effort work runs again
   double budgetMicros = 100;           // turnaround budget of a best-effort kernel (retreat -> GPU free)
   double maxPauseMicros = 20000;       // longest a retreated PTB kernel waits for HP to go idle
-  bool gate = true;                    // hold best-effort work while high-priority work runs
+  // Hold best-effort work while high-priority work runs. Off by default: on every pair measured on
+  // the H200 it halved BE's throughput for less HP gain than an SM partition (docs/scheduler.md).
+  bool gate = false;
   bool transforms = true;              // run long best-effort kernels as PTB / sliced variants
   bool streamPriorities = true;        // HP streams at the highest CUDA priority, BE at the lowest
   // SM partitions (gpu/sm_partitions.h): while HP and BE tenants are both active, HP works in
@@ -36,8 +39,11 @@ struct SchedulerConfig {
   std::optional<gpu::SmPartitionSpec> smPartition;
   double partitionIdleMillis = 200;   // a class idle this long no longer keeps the GPU split
   bool partitionGate = false;         // also gate and transform BE work while split (ablation)
-  // Split only while it serves HP better than sharing every SM (PartitionController).
+  // Choose the partition level online (PartitionController): the smallest reserve that serves HP
+  // as well as the next larger one ...
   bool partitionControl = false;
+  // ... or whose HP p99 stays within this bound (set, it turns the control on).
+  HpP99Budget hpP99Budget;
   std::string profilesPath;            // learned kernel durations; empty: not kept
   // Test aid (transform = "stress"): every launch of a kernel with variants runs as a random
   // variant, PTB ones preempted at random points (stress_policy.h); the application must not notice.

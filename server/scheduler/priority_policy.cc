@@ -77,16 +77,19 @@ void MappedWords::give(int word) {
 PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, Launcher& launcher,
                                Clock& clock, std::string& error, bool monitorThread)
     : config_(std::move(config)), launcher_(launcher), clock_(clock) {
+  if (!config_.profilesPath.empty()) {  // first: setUp reads HP's learned p99 alone
+    std::string why;
+    if (!profiles_.load(config_.profilesPath, why)) spdlog::warn("scheduler: ignoring learned durations: {}", why);
+    if (profiles_.size() > 0) spdlog::info("scheduler: {} learned durations from {}", profiles_.size(), config_.profilesPath);
+  }
   for (gpu::Gpu* g : gpus) {
     if (!setUp(*g, error)) return;
   }
+  if (config_.hpP99Budget.set() && !config_.smPartition) {
+    spdlog::warn("scheduler: an HP p99 budget without SM partitions has nothing to choose from; set priority_sm_partition");
+  }
   knobs_.budgetMicros = config_.budgetMicros;
   knobs_.useTransforms = config_.transforms;
-  if (!config_.profilesPath.empty()) {
-    std::string why;
-    if (!profiles_.load(config_.profilesPath, why)) spdlog::warn("scheduler: ignoring learned durations: {}", why);
-    if (profiles_.size() > 0) spdlog::info("scheduler: {} learned kernel durations from {}", profiles_.size(), config_.profilesPath);
-  }
   if (monitorThread) monitor_ = std::thread([this] { monitor(); });
 }
 
@@ -138,10 +141,23 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
   if (config_.smPartition) {
     if (!launcher_.partitionSms(&g, *config_.smPartition, error)) return false;
     s->split = std::make_unique<PartitionSplit>(static_cast<Nanos>(config_.partitionIdleMillis * 1e6));
-    spdlog::info("scheduler on GPU {}: SM partitions: HP {} SMs, BE {} of {} while both classes are active", ordinal,
-                 launcher_.partitionSmCount(&g, gpu::Placement::kHpPartition),
-                 launcher_.partitionSmCount(&g, gpu::Placement::kBePartition),
-                 launcher_.partitionSmCount(&g, gpu::Placement::kWholeGpu));
+    PartitionController::Knobs knobs;
+    knobs.levels = config_.smPartition->levels();
+    knobs.budget = config_.hpP99Budget;
+    s->controller = PartitionController(knobs);
+    if (auto alone = profiles_.micros(aloneKey(g))) s->controller.setAloneP99(*alone);
+    s->level = static_cast<uint8_t>(knobs.levels);
+    for (size_t level = 1; level <= knobs.levels; ++level) {
+      spdlog::info("scheduler on GPU {}: SM partition level {}: {} of {} while both classes are active", ordinal,
+                   level, levelName(g, level), launcher_.partitionSmCount(&g, gpu::Placement::wholeGpu()));
+    }
+    if (controlsPartitions()) {
+      const HpP99Budget& b = knobs.budget;
+      spdlog::info("scheduler on GPU {}: the level is chosen online: the smallest reserve {}", ordinal,
+                   b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs", b.micros)
+                   : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone", b.factor)
+                                  : std::string("that serves HP as well as the next larger one"));
+    }
   }
   if (config_.transforms && !launcher_.hasPtbHelpers(&g)) {
     spdlog::warn("scheduler on GPU {}: no PTB helpers; best-effort kernels will not be preempted", ordinal);
@@ -159,31 +175,49 @@ PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
 // before every call that queues work.
 gpu::Placement PriorityPolicy::placement(bool highPriority, gpu::Gpu& g) {
   GpuState* s = stateFor(g);
-  if (s == nullptr || !s->split || !s->split->noteWork(highPriority, clock_.now())) return gpu::Placement::kWholeGpu;
-  if (config_.partitionControl && !s->splitPays.load(std::memory_order_relaxed)) return gpu::Placement::kWholeGpu;
-  return highPriority ? gpu::Placement::kHpPartition : gpu::Placement::kBePartition;
+  if (s == nullptr || !s->split || !s->split->noteWork(highPriority, clock_.now())) return gpu::Placement::wholeGpu();
+  const uint8_t level = s->level.load(std::memory_order_relaxed);
+  if (level == 0) return gpu::Placement::wholeGpu();
+  return highPriority ? gpu::Placement::hp(level - 1) : gpu::Placement::be(level - 1);
 }
 
 bool PriorityPolicy::beWorkIsolated(gpu::Gpu& g) {
   GpuState* s = stateFor(g);
-  return s != nullptr && s->split && !config_.partitionGate && s->split->split(clock_.now()) &&
-         (!config_.partitionControl || s->splitPays.load(std::memory_order_relaxed));
+  return s != nullptr && s->split && !config_.partitionGate && s->level.load(std::memory_order_relaxed) > 0 &&
+         s->split->split(clock_.now());
 }
 
 void PriorityPolicy::observeHpWait(gpu::Gpu& g, double micros) {
   GpuState* s = stateFor(g);
-  // Only waits with BE active say anything about the pair.
-  if (s == nullptr || !s->split || !config_.partitionControl || !s->split->split(clock_.now())) return;
+  if (s == nullptr || !s->split || !controlsPartitions()) return;
   std::lock_guard lock(mutex_);
-  const bool before = s->controller.wantSplit();
-  s->controller.observeHpWait(micros);
-  const bool after = s->controller.wantSplit();
-  s->splitPays.store(after, std::memory_order_relaxed);
-  if (before != after) {
-    spdlog::info("scheduler on GPU {}: {} (HP p99 {:.0f} µs split, {:.0f} µs shared)", launcher_.ordinal(&g),
-                 after ? "splitting the SMs again" : "sharing every SM", s->controller.splitP99(),
-                 s->controller.sharedP99());
+  if (!s->split->split(clock_.now())) {  // HP alone: what a relative budget is relative to
+    const double known = s->controller.aloneP99();
+    s->controller.observeHpAloneWait(micros);
+    if (s->controller.aloneP99() != known) profiles_.record(aloneKey(g), s->controller.aloneP99());
+    return;
   }
+  const size_t before = s->controller.level();
+  s->controller.observeHpWait(micros);
+  const size_t after = s->controller.level();
+  s->level.store(static_cast<uint8_t>(after), std::memory_order_relaxed);
+  if (before != after) {
+    spdlog::info("scheduler on GPU {}: HP p99 {:.0f} µs at {}; now {}", launcher_.ordinal(&g),
+                 s->controller.p99At(before), levelName(g, before), levelName(g, after));
+  }
+}
+
+// HP's p99 wait with no BE work active on `g`, kept with the learned kernel durations.
+std::string PriorityPolicy::aloneKey(gpu::Gpu& g) {
+  return "gpu" + std::to_string(launcher_.ordinal(&g)) + "/hp-alone-wait-p99";
+}
+
+std::string PriorityPolicy::levelName(gpu::Gpu& g, size_t level) {
+  if (level == 0) return "every SM shared";
+  const auto hp = gpu::Placement::hp(static_cast<uint8_t>(level - 1));
+  const auto be = gpu::Placement::be(static_cast<uint8_t>(level - 1));
+  return "HP " + std::to_string(launcher_.partitionSmCount(&g, hp)) + " SMs / BE " +
+         std::to_string(launcher_.partitionSmCount(&g, be));
 }
 
 void PriorityPolicy::closeGate(GpuState& s) {

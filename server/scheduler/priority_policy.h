@@ -100,7 +100,9 @@ class PriorityPolicy final : public Policy {
     HpActivity activity{0};
     std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
     PartitionController controller;         // under mutex_
-    std::atomic<bool> splitPays{true};      // controller.wantSplit(), readable without the lock
+    // The partition level in use while both classes are active (0: every SM shared):
+    // controller.level() when it runs, else the largest reserve. Readable without the lock.
+    std::atomic<uint8_t> level{0};
     std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
     struct HpSlot {
       int word = -1;
@@ -121,6 +123,9 @@ class PriorityPolicy final : public Policy {
   // BE work on `g` runs in its own SM partition now and is neither gated nor transformed (that
   // would cost BE throughput and buy HP nothing: no BE block is on HP's SMs).
   bool beWorkIsolated(gpu::Gpu& g);
+  std::string levelName(gpu::Gpu& g, size_t level);  // "every SM shared", "HP 40 SMs / BE 92"
+  std::string aloneKey(gpu::Gpu& g);
+  bool controlsPartitions() const { return config_.partitionControl || config_.hpP99Budget.set(); }
   bool setUp(gpu::Gpu& g, std::string& error);
   Lane* laneFor(GpuState& s, const KernelLaunch& k);
   void closeGate(GpuState& s);

@@ -64,7 +64,7 @@ CUresult StreamTable::createStream(uint32_t device, uint64_t id, bool nonBlockin
   g->makeCurrent();
   if (CUresult r = cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) return r;
   s->priority = priority;
-  s->placed[gpu::placementIndex(gpu::Placement::kWholeGpu)] = s->stream;
+  s->placed[gpu::placementIndex(gpu::Placement::wholeGpu())] = s->stream;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
   insertStream(std::move(s));
   return CUDA_SUCCESS;
@@ -80,7 +80,7 @@ StreamState* StreamTable::createLegacyDefault(uint32_t device) {
   g->makeCurrent();
   s->priority = bandPriority(*g, 0);
   if (cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, s->priority) != CUDA_SUCCESS) return nullptr;
-  s->placed[gpu::placementIndex(gpu::Placement::kWholeGpu)] = s->stream;
+  s->placed[gpu::placementIndex(gpu::Placement::wholeGpu())] = s->stream;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
   StreamState* raw = s.get();
   insertStream(std::move(s));

@@ -39,7 +39,7 @@ struct StreamState {
   int priority = 0;                 // CUDA priority, the same in every placement
   // Its driver stream in each placement (whole GPU, SM partitions), created on first use; work
   // moves between them in order (StreamTable::place).
-  gpu::Placement placement = gpu::Placement::kWholeGpu;
+  gpu::Placement placement = gpu::Placement::wholeGpu();
   std::array<CUstream, gpu::kPlacements> placed{};
   CUevent moveEvent = nullptr;
   bool blocking = true;             // synchronizes with the tenant's legacy default stream

@@ -67,10 +67,10 @@ TEST(PartitionController, StartsSplitAndKeepsSharingWhenItServesHpAsWell) {
   feed(c, 300, 400);  // split: p99 4 ms
   EXPECT_FALSE(c.wantSplit()) << "probes sharing after probeEvery waits";
   EXPECT_EQ(c.probes(), 1u);
-  EXPECT_NEAR(c.splitP99(), 4000, 1);
+  EXPECT_NEAR(c.p99At(1), 4000, 1);
   feed(c, 100, 300);  // sharing serves HP better (short BE blocks)
   EXPECT_FALSE(c.wantSplit());
-  EXPECT_NEAR(c.sharedP99(), 3000, 1);
+  EXPECT_NEAR(c.p99At(0), 3000, 1);
   feed(c, 1000, 300);  // and keeps doing so
   EXPECT_FALSE(c.wantSplit());
   EXPECT_EQ(c.probes(), 1u);
@@ -112,6 +112,64 @@ TEST(PartitionController, WithinToleranceCountsAsServingAsWell) {
   EXPECT_FALSE(c.wantSplit());
   feed(c, 100, 460);  // 15 % slower: split
   EXPECT_TRUE(c.wantSplit());
+}
+
+// With a budget the controller settles on the smallest reserve whose HP p99 meets it: that
+// leaves BE the most SMs the operator's bound allows.
+TEST(PartitionController, WithABudgetItSettlesOnTheSmallestReserveThatMeetsIt) {
+  PartitionController::Knobs k = smallKnobs();
+  k.levels = 2;
+  k.budget.micros = 5000;
+  PartitionController c(k);
+  EXPECT_EQ(c.level(), 2u) << "starts at the largest reserve";
+  feed(c, 300, 300);  // p99 3 ms: within the budget, so the smaller reserve is tried
+  EXPECT_EQ(c.level(), 1u);
+  feed(c, 100, 450);  // 4.5 ms: still within the budget, kept although worse than level 2
+  EXPECT_EQ(c.level(), 1u);
+  feed(c, 300, 450);
+  ASSERT_EQ(c.level(), 0u) << "sharing every SM is tried next";
+  feed(c, 100, 900);  // 9 ms: over the budget
+  EXPECT_EQ(c.level(), 1u);
+  EXPECT_EQ(c.probes(), 2u);
+  feed(c, 100, 700);  // BE changed: level 1 misses the budget too, so one level up at once
+  EXPECT_EQ(c.level(), 2u);
+}
+
+TEST(PartitionController, ABudgetNoLevelMeetsKeepsTheLargestReserve) {
+  PartitionController::Knobs k = smallKnobs();
+  k.levels = 2;
+  k.budget.micros = 1000;
+  PartitionController c(k);
+  feed(c, 3000, 400);  // p99 4 ms everywhere: over the budget, never probes below
+  EXPECT_EQ(c.level(), 2u);
+  EXPECT_EQ(c.probes(), 0u);
+}
+
+TEST(PartitionController, ARelativeBudgetWaitsForHpAlone) {
+  PartitionController::Knobs k = smallKnobs();
+  k.budget.factor = 1.5;
+  PartitionController c(k);
+  feed(c, 600, 300);  // p99 3 ms, but HP alone is not known: no probe
+  EXPECT_EQ(c.level(), 1u);
+  EXPECT_EQ(c.budgetMicros(), 0);
+  for (int i = 0; i < 100; ++i) c.observeHpAloneWait(i == 99 ? 2500 : 250);
+  EXPECT_NEAR(c.aloneP99(), 2500, 1);
+  EXPECT_NEAR(c.budgetMicros(), 3750, 1);
+  feed(c, 300, 300);
+  EXPECT_EQ(c.level(), 0u) << "3 ms is within 1.5 x 2.5 ms: sharing is tried";
+}
+
+TEST(HpP99Budget, Parses) {
+  std::string error;
+  EXPECT_EQ(parseHpP99Budget("600us", error)->micros, 600);
+  EXPECT_EQ(parseHpP99Budget("1.25x", error)->factor, 1.25);
+  EXPECT_FALSE(parseHpP99Budget("off", error)->set());
+  EXPECT_FALSE(parseHpP99Budget("", error)->set());
+  for (const char* bad : {"600", "0us", "0.9x", "x", "us", "1.5 x", "-2us", "2xx"}) {
+    error.clear();
+    EXPECT_FALSE(parseHpP99Budget(bad, error)) << bad;
+    EXPECT_FALSE(error.empty()) << bad;
+  }
 }
 
 TEST(HpActivity, NewHpWorkRestartsTheIdleWindow) {

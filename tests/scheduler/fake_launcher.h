@@ -48,7 +48,7 @@ struct FakeGpuSpec {
   unsigned sms = 132;
   int streamPriorityLeast = 0, streamPriorityGreatest = -5;
   bool ptbHelpers = true;
-  unsigned hpSms = 40;  // what partitionSms gives HP
+  unsigned hpSms = 40;  // what partitionSms gives HP at the first level
 };
 
 class FakeLauncher final : public Launcher, public Clock {
@@ -115,7 +115,13 @@ class FakeLauncher final : public Launcher, public Clock {
   bool partitionSms(gpu::Gpu*, gpu::SmPartitionSpec, std::string&) override { return true; }
   unsigned partitionSmCount(const gpu::Gpu* g, gpu::Placement p) override {
     const FakeGpuSpec& s = spec(g);
-    return p == gpu::Placement::kHpPartition ? s.hpSms : p == gpu::Placement::kBePartition ? s.sms - s.hpSms : s.sms;
+    const unsigned hpSms = s.hpSms * (p.level + 1u);  // level i reserves (i + 1) x hpSms
+    switch (p.side) {
+      case gpu::Placement::Side::kHp: return hpSms;
+      case gpu::Placement::Side::kBe: return s.sms - hpSms;
+      case gpu::Placement::Side::kWholeGpu: break;
+    }
+    return s.sms;
   }
 
   // ---- memory: host memory, its address standing in for the device's

@@ -135,10 +135,16 @@ class PriorityPolicyTest : public ::testing::Test {
     return out;
   }
 
+  static SchedulerConfig withTheGate() {
+    SchedulerConfig c;
+    c.gate = true;
+    return c;
+  }
+
   FakeLauncher fake;  // outlives the policy
   sim::FakeGpuSpec gpuSpec;
   gpu::Gpu* g = nullptr;  // start() adds it
-  SchedulerConfig config;
+  SchedulerConfig config = withTheGate();  // most tests here are about the gate
   std::string profiles;
   std::unique_ptr<PriorityPolicy> policy;
 
@@ -458,15 +464,15 @@ TEST_F(PriorityPolicyTest, OpaqueWorkIsGatedLikeAKernel) {
 // ---- SM partitions ------------------------------------------------------------------------------
 
 TEST_F(PriorityPolicyTest, WhileTheGpuIsSplitBestEffortIsNeitherHeldNorTransformed) {
-  config.smPartition = gpu::SmPartitionSpec{40, false};
+  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
   Kernel longKernel = transformable(1, 10'000 * kMicros);
   knowDurations({{&longKernel, 10'000}});
   start();
   Tenant& hp = tenant(1, true);
   Tenant& be = tenant(2, false);
-  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::kWholeGpu);  // BE alone: every SM
-  EXPECT_EQ(policy->placement(true, *g), gpu::Placement::kHpPartition);
-  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::kBePartition);
+  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::wholeGpu());  // BE alone: every SM
+  EXPECT_EQ(policy->placement(true, *g), gpu::Placement::hp(0));
+  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::be(0));
   Kernel hpKernel{function(50), nullptr, nullptr, "hp/k"};
   fake.setKernel(hpKernel.original, 1000 * kMicros);
   launch(hp, hpKernel);
@@ -477,7 +483,7 @@ TEST_F(PriorityPolicyTest, WhileTheGpuIsSplitBestEffortIsNeitherHeldNorTransform
 }
 
 TEST_F(PriorityPolicyTest, ThePartitionGateAblationKeepsGatingWhileSplit) {
-  config.smPartition = gpu::SmPartitionSpec{40, false};
+  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
   config.partitionGate = true;
   start();
   Tenant& hp = tenant(1, true);
@@ -493,33 +499,83 @@ TEST_F(PriorityPolicyTest, ThePartitionGateAblationKeepsGatingWhileSplit) {
 
 // With the controller, the policy shares every SM once HP's waits show that sharing serves HP
 // as well as splitting, and splits again when they stop doing so. Default knobs: windows of 200
-// waits, the first probe after 2000 split waits.
+// waits, the first probe after 600 split waits.
 TEST_F(PriorityPolicyTest, TheControllerSharesWhileSharingServesHpAsWell) {
-  config.smPartition = gpu::SmPartitionSpec{40, false};
+  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
   config.partitionControl = true;
   start();
   auto bothActive = [&] {
     policy->placement(false, *g);
     return policy->placement(true, *g);
   };
-  ASSERT_EQ(bothActive(), gpu::Placement::kHpPartition);  // starts split
-  for (int i = 0; i < 2000; ++i) policy->observeHpWait(*g, 400);
-  EXPECT_EQ(bothActive(), gpu::Placement::kWholeGpu) << "probing sharing";
+  ASSERT_EQ(bothActive(), gpu::Placement::hp(0));  // starts split
+  for (int i = 0; i < 600; ++i) policy->observeHpWait(*g, 400);
+  EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "probing sharing";
   for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 300);
-  EXPECT_EQ(bothActive(), gpu::Placement::kWholeGpu) << "sharing served HP better: kept";
+  EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "sharing served HP better: kept";
   for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 5000);
-  EXPECT_EQ(bothActive(), gpu::Placement::kHpPartition) << "sharing started to hurt HP: split again";
-  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::kBePartition);
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "sharing started to hurt HP: split again";
+  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::be(0));
+}
+
+// A budget alone turns the control on: from the largest reserve the policy steps down to the
+// smallest one whose HP p99 is within it, and back up when HP's waits leave it.
+TEST_F(PriorityPolicyTest, WithABudgetThePolicyUsesTheSmallestReserveThatMeetsIt) {
+  config.smPartition = gpu::SmPartitionSpec{{24, 40}, false, true};
+  config.hpP99Budget.micros = 1000;
+  start();
+  auto bothActive = [&] {
+    policy->placement(false, *g);
+    return policy->placement(true, *g);
+  };
+  ASSERT_EQ(bothActive(), gpu::Placement::hp(1)) << "starts at the larger reserve";
+  EXPECT_EQ(policy->placement(false, *g), gpu::Placement::be(1));
+  for (int i = 0; i < 600; ++i) policy->observeHpWait(*g, 600);
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "within the budget: the smaller reserve is tried";
+  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 800);
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "still within it: kept";
+  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 3000);
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(1)) << "over the budget: the larger reserve again";
+}
+
+// A budget relative to HP alone: HP's waits with no BE active say what alone is; until then
+// the policy keeps the largest reserve. What it learned is kept for the next start.
+TEST_F(PriorityPolicyTest, ARelativeBudgetIsRelativeToHpAloneLearnedAndKept) {
+  knowDurations({});
+  config.smPartition = gpu::SmPartitionSpec{{24, 40}, false, true};
+  config.hpP99Budget.factor = 2;
+  start();
+  auto bothActive = [&] {
+    policy->placement(false, *g);
+    return policy->placement(true, *g);
+  };
+  ASSERT_EQ(bothActive(), gpu::Placement::hp(1));
+  for (int i = 0; i < 1000; ++i) policy->observeHpWait(*g, 500);
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(1)) << "HP alone not known yet: the safe reserve";
+  elapse(300'000 * kMicros);  // BE idle past the partition idle window
+  policy->placement(true, *g);
+  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 300);  // HP alone: p99 300 µs
+  for (int i = 0; i < 600; ++i) {
+    bothActive();
+    policy->observeHpWait(*g, 500);  // within 2 x 300
+  }
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "within the budget: the smaller reserve";
+
+  policy.reset();  // keeps what it learned
+  start();
+  bothActive();
+  for (int i = 0; i < 600; ++i) policy->observeHpWait(*g, 500);
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "HP alone known from the last run";
 }
 
 TEST_F(PriorityPolicyTest, HpWaitsWithoutBestEffortTeachTheControllerNothing) {
-  config.smPartition = gpu::SmPartitionSpec{40, false};
+  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
   config.partitionControl = true;
   start();
   policy->placement(true, *g);  // HP alone
   for (int i = 0; i < 5000; ++i) policy->observeHpWait(*g, 400);
   policy->placement(false, *g);
-  EXPECT_EQ(policy->placement(true, *g), gpu::Placement::kHpPartition) << "still the safe start: split";
+  EXPECT_EQ(policy->placement(true, *g), gpu::Placement::hp(0)) << "still the safe start: split";
 }
 
 TEST_F(PriorityPolicyTest, StreamPrioritiesComeFromTheGpu) {

@@ -214,19 +214,30 @@ TEST_F(ConfigFile, SmPartitions) {
   EXPECT_FALSE(config_.scheduler.smPartition);  // off unless asked
   ASSERT_TRUE(load("priority_sm_partition = \"40\"\npriority_partition_idle_ms = 50\n")) << error_;
   ASSERT_TRUE(config_.scheduler.smPartition);
-  EXPECT_EQ(config_.scheduler.smPartition->hpSms, 40u);
+  EXPECT_EQ(config_.scheduler.smPartition->hpSms, std::vector<unsigned>{40});
   EXPECT_FALSE(config_.scheduler.smPartition->overlap);
   EXPECT_EQ(config_.scheduler.partitionIdleMillis, 50);
   ASSERT_TRUE(load("priority_sm_partition = \"64:overlap\"\n")) << error_;
   EXPECT_TRUE(config_.scheduler.smPartition->overlap);
   ASSERT_TRUE(load("priority_sm_partition = \"30%:overlap\"\n")) << error_;
-  EXPECT_EQ(config_.scheduler.smPartition->hpPercent, 30u);
+  EXPECT_TRUE(config_.scheduler.smPartition->percent);
   EXPECT_TRUE(config_.scheduler.smPartition->overlap);
-  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(132), 40u);  // the H200's 40 of 132
-  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(2), 1u);      // never none
+  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(132, 0), 40u);  // the H200's 40 of 132
+  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(2, 0), 1u);      // never none
+  ASSERT_TRUE(load("priority_sm_partition = \"24,40,64:overlap\"\npriority_hp_p99_budget = \"600us\"\n")) << error_;
+  EXPECT_EQ(config_.scheduler.smPartition->levels(), 3u);
+  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(132, 2), 64u);
+  EXPECT_EQ(config_.scheduler.hpP99Budget.micros, 600);
+  ASSERT_TRUE(load("priority_hp_p99_budget = \"1.5x\"\n")) << error_;
+  EXPECT_EQ(config_.scheduler.hpP99Budget.factor, 1.5);
+  for (const char* bad : {"\"600\"", "\"0.5x\"", "\"-3us\"", "\"x\"", "\"1.5 x\""}) {
+    EXPECT_FALSE(load(std::string("priority_hp_p99_budget = ") + bad + "\n")) << bad;
+    EXPECT_NE(error_.find("priority_hp_p99_budget"), std::string::npos) << error_;
+  }
   ASSERT_TRUE(load("priority_sm_partition = \"off\"\n")) << error_;
   EXPECT_FALSE(config_.scheduler.smPartition);
-  for (const char* bad : {"\"40:wide\"", "\"0\"", "\"x\"", "\"-8\"", "\"0%\"", "\"100%\"", "\"%\"", "\"30%%\""}) {
+  for (const char* bad : {"\"40:wide\"", "\"0\"", "\"x\"", "\"-8\"", "\"0%\"", "\"100%\"", "\"%\"", "\"30%%\"",
+                          "\"40,24\"", "\"24,24\"", "\"24,30%\"", "\"24,\"", "\"8,16,24,32,40\""}) {
     EXPECT_FALSE(load(std::string("priority_sm_partition = ") + bad + "\n")) << bad;
     EXPECT_NE(error_.find("priority_sm_partition"), std::string::npos) << error_;
   }
