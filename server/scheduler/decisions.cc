@@ -69,12 +69,24 @@ double PartitionController::p99(std::vector<double>& samples) {
 }
 
 void PartitionController::observeHpWait(double micros) {
-  window_.push_back(micros);
+  if (pairEnded_) {  // a new pair (or the old one back after a pause): from the safe side again
+    pairEnded_ = false;
+    probing_ = false;
+    probeEvery_ = knobs_.probeEvery;
+    window_.clear();
+    moveTo(knobs_.levels);
+  }
   if (!probing_) ++sinceProbe_;
+  if (settling_ > 0) {
+    --settling_;
+    return;
+  }
+  window_.push_back(micros);
   if (window_.size() >= knobs_.window) finishWindow();
 }
 
 void PartitionController::observeHpAloneWait(double micros) {
+  pairEnded_ = true;
   aloneWindow_.push_back(micros);
   if (aloneWindow_.size() < knobs_.window) return;
   aloneP99_ = p99(aloneWindow_);
@@ -84,6 +96,13 @@ void PartitionController::observeHpAloneWait(double micros) {
 double PartitionController::budgetMicros() const {
   if (knobs_.budget.micros > 0) return knobs_.budget.micros;
   return knobs_.budget.factor * aloneP99_;
+}
+
+// A level that hurts HP: one up, and probe less often while probes keep hurting (a probe that
+// passed and then failed its first settled window counts as one that hurt).
+void PartitionController::backUp() {
+  probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
+  moveTo(level_ + 1);
 }
 
 bool PartitionController::meetsTarget(size_t level, double tail) const {
@@ -96,6 +115,7 @@ bool PartitionController::meetsTarget(size_t level, double tail) const {
 }
 
 void PartitionController::moveTo(size_t level) {
+  if (level != level_) settling_ = knobs_.window / 2;
   level_ = level;
   sinceProbe_ = 0;
 }
@@ -108,17 +128,14 @@ void PartitionController::finishWindow() {
   if (probing_) {
     probing_ = false;
     if (met) {
-      probeEvery_ = knobs_.probeEvery;  // the smaller reserve serves: forget the back-off
-      moveTo(level_);
+      moveTo(level_);  // the smaller reserve serves: kept
     } else {
-      // It hurts HP: back up, and probe less often while it keeps hurting.
-      probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
-      moveTo(level_ + 1);
+      backUp();
     }
     return;
   }
   if (!met && level_ < knobs_.levels) {
-    moveTo(level_ + 1);
+    backUp();
     return;
   }
   const bool budgetUnknown = knobs_.budget.set() && budgetMicros() <= 0;  // nothing to judge a probe by

@@ -72,7 +72,9 @@ std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& 
 // the price of HP's own speed on its partition and BE's on the rest. The controller starts at the
 // largest reserve (the safe side). Every `probeEvery` HP waits at a level above 0 it tries the
 // level below for one window of `window` waits, and keeps it if HP's p99 there meets the target,
-// else goes back and waits twice as long before the next probe. The target is the budget when
+// else goes back and waits twice as long before the next probe; every move up doubles that wait,
+// and the first half window after a move is not measured (work placed before it still runs).
+// HP seen alone ends the pair: the next one starts at the largest reserve again. The target is the budget when
 // one is set, else HP's p99 at the level above times `tolerance` (as well served as with the
 // larger reserve). A budget relative to HP alone holds at the largest reserve until HP's p99
 // alone is known. A settled window that misses the target moves one level up at once.
@@ -108,12 +110,15 @@ class PartitionController {
   bool meetsTarget(size_t level, double tail) const;
   void finishWindow();
   void moveTo(size_t level);
+  void backUp();
 
   Knobs knobs_;
   size_t level_;
   bool probing_ = false;  // level_ is on trial for one window
   size_t probeEvery_;
   size_t sinceProbe_ = 0;  // waits at level_ since it was reached
+  size_t settling_ = 0;    // waits right after a move, not measured: work placed before it still runs
+  bool pairEnded_ = false;  // HP was seen alone since the last wait with BE active
   std::vector<double> window_;
   std::vector<double> aloneWindow_;
   double aloneP99_ = 0;

@@ -61,6 +61,13 @@ PartitionController::Knobs smallKnobs() {
   return k;
 }
 
+// After a move the first half window (50 waits here) is not measured: `measured` feeds those
+// and then `count` measured waits.
+void measured(PartitionController& c, size_t count, double micros) {
+  feed(c, 50, micros);
+  feed(c, count, micros);
+}
+
 TEST(PartitionController, StartsSplitAndKeepsSharingWhenItServesHpAsWell) {
   PartitionController c(smallKnobs());
   EXPECT_TRUE(c.wantSplit());
@@ -68,7 +75,7 @@ TEST(PartitionController, StartsSplitAndKeepsSharingWhenItServesHpAsWell) {
   EXPECT_FALSE(c.wantSplit()) << "probes sharing after probeEvery waits";
   EXPECT_EQ(c.probes(), 1u);
   EXPECT_NEAR(c.p99At(1), 4000, 1);
-  feed(c, 100, 300);  // sharing serves HP better (short BE blocks)
+  measured(c, 100, 300);  // sharing serves HP better (short BE blocks)
   EXPECT_FALSE(c.wantSplit());
   EXPECT_NEAR(c.p99At(0), 3000, 1);
   feed(c, 1000, 300);  // and keeps doing so
@@ -80,16 +87,16 @@ TEST(PartitionController, SplitsAgainWhenSharingHurtsAndBacksOff) {
   PartitionController c(smallKnobs());
   feed(c, 300, 400);
   ASSERT_FALSE(c.wantSplit());
-  feed(c, 100, 4000);  // sharing: HP waits behind long BE blocks
+  measured(c, 100, 4000);  // sharing: HP waits behind long BE blocks
   EXPECT_TRUE(c.wantSplit());
-  feed(c, 300, 400);   // the next probe waits twice as long
+  measured(c, 300, 400);   // the next probe waits twice as long
   EXPECT_TRUE(c.wantSplit());
   feed(c, 300, 400);
   EXPECT_FALSE(c.wantSplit());
   EXPECT_EQ(c.probes(), 2u);
-  feed(c, 100, 4000);
+  measured(c, 100, 4000);
   EXPECT_TRUE(c.wantSplit());
-  feed(c, 1200, 400);  // capped at maxProbeEvery
+  measured(c, 1200, 400);  // capped at maxProbeEvery
   EXPECT_FALSE(c.wantSplit());
   EXPECT_EQ(c.probes(), 3u);
 }
@@ -97,7 +104,7 @@ TEST(PartitionController, SplitsAgainWhenSharingHurtsAndBacksOff) {
 TEST(PartitionController, SharingThatStartsHurtingSplitsWithinAWindow) {
   PartitionController c(smallKnobs());
   feed(c, 300, 400);
-  feed(c, 100, 300);
+  measured(c, 100, 300);
   ASSERT_FALSE(c.wantSplit());
   feed(c, 99, 5000);  // BE turned to long blocks: one window later HP is split again
   EXPECT_FALSE(c.wantSplit());
@@ -108,10 +115,25 @@ TEST(PartitionController, SharingThatStartsHurtingSplitsWithinAWindow) {
 TEST(PartitionController, WithinToleranceCountsAsServingAsWell) {
   PartitionController c(smallKnobs());
   feed(c, 300, 400);
-  feed(c, 100, 430);  // 7.5 % slower: within 10 %
+  measured(c, 100, 430);  // 7.5 % slower: within 10 %
   EXPECT_FALSE(c.wantSplit());
   feed(c, 100, 460);  // 15 % slower: split
   EXPECT_TRUE(c.wantSplit());
+}
+
+// A probe that passes and then fails its first settled window hurt HP all the same: the next
+// probe waits twice as long, so a pair at the edge is not probed at the base rate forever.
+TEST(PartitionController, AProbeThatPassedAndThenFailedBacksOffToo) {
+  PartitionController c(smallKnobs());
+  feed(c, 300, 400);
+  measured(c, 100, 400);  // passes
+  ASSERT_FALSE(c.wantSplit());
+  feed(c, 100, 5000);  // fails settled: split, next probe after 600
+  ASSERT_TRUE(c.wantSplit());
+  measured(c, 500, 400);
+  EXPECT_TRUE(c.wantSplit());
+  feed(c, 100, 400);
+  EXPECT_FALSE(c.wantSplit());
 }
 
 // With a budget the controller settles on the smallest reserve whose HP p99 meets it: that
@@ -124,14 +146,14 @@ TEST(PartitionController, WithABudgetItSettlesOnTheSmallestReserveThatMeetsIt) {
   EXPECT_EQ(c.level(), 2u) << "starts at the largest reserve";
   feed(c, 300, 300);  // p99 3 ms: within the budget, so the smaller reserve is tried
   EXPECT_EQ(c.level(), 1u);
-  feed(c, 100, 450);  // 4.5 ms: still within the budget, kept although worse than level 2
+  measured(c, 100, 450);  // 4.5 ms: still within the budget, kept although worse than level 2
   EXPECT_EQ(c.level(), 1u);
   feed(c, 300, 450);
   ASSERT_EQ(c.level(), 0u) << "sharing every SM is tried next";
-  feed(c, 100, 900);  // 9 ms: over the budget
+  measured(c, 100, 900);  // 9 ms: over the budget
   EXPECT_EQ(c.level(), 1u);
   EXPECT_EQ(c.probes(), 2u);
-  feed(c, 100, 700);  // BE changed: level 1 misses the budget too, so one level up at once
+  measured(c, 100, 700);  // BE changed: level 1 misses the budget too, so one level up at once
   EXPECT_EQ(c.level(), 2u);
 }
 
@@ -157,6 +179,17 @@ TEST(PartitionController, ARelativeBudgetWaitsForHpAlone) {
   EXPECT_NEAR(c.budgetMicros(), 3750, 1);
   feed(c, 300, 300);
   EXPECT_EQ(c.level(), 0u) << "3 ms is within 1.5 x 2.5 ms: sharing is tried";
+}
+
+// HP alone in between ends the pair: whatever BE comes next starts at the largest reserve.
+TEST(PartitionController, ANewPairStartsAtTheLargestReserve) {
+  PartitionController c(smallKnobs());
+  feed(c, 300, 400);
+  measured(c, 100, 300);
+  ASSERT_EQ(c.level(), 0u);
+  c.observeHpAloneWait(200);
+  c.observeHpWait(300);
+  EXPECT_EQ(c.level(), 1u);
 }
 
 TEST(HpP99Budget, Parses) {
