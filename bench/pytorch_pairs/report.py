@@ -18,6 +18,7 @@ The markdown goes to stdout, and to M when given.
 import argparse
 import collections
 import json
+import re
 import statistics
 import sys
 
@@ -43,6 +44,11 @@ MODELS = {"bert": "BERT-base inference (batch 1, seq 128, fp32)",
 BE_MODELS = {"resnet50": "ResNet-50 training (batch 32, SGD, fp32)",
              "gpt2": "GPT-2 small training (batch 4 × 512 tokens, AdamW, bf16 autocast)"}
 
+
+
+def budget_label(system):
+    m = re.fullmatch(r"tally-budget-([0-9.]+)x", system)
+    return f"tallyd priority + SM reserves chosen online for HP p99 ≤ {m.group(1)}× alone" if m else system
 
 def median(xs):
     xs = [x for x in xs if x is not None]
@@ -86,7 +92,9 @@ def summarize(lines, metric):
         some = next(iter(systems.values()))[0]
         solo = median([((r.get("hp") or {}).get("service_us") or {}).get("mean") for r in systems.get("hp-solo", [])])
         rows = {}
-        names = [s for s in BASELINES if s in systems] + [s for s in ORDER if s in systems]
+        budgets = sorted((s for s in systems if re.fullmatch(r"tally-budget-[0-9.]+x", s)),
+                         key=lambda s: float(s[len("tally-budget-"):-1]))
+        names = [s for s in BASELINES if s in systems] + [s for s in ORDER if s in systems] + budgets
         names += sorted(s for s in systems if s not in names and s != "hp-solo")
         for s in names:
             recs = systems[s]
@@ -137,7 +145,7 @@ def markdown(summary, metric):
             hp99 = "" if r["hp_p99_us"] is None and s.endswith("be-alone") else fmt_ms(r["hp_p99_us"]) + fmt_x(r["hp_p99_x_alone"])
             if s.endswith("hp-alone"):
                 be = ""
-            name = LABELS.get(s, s) + (f" (n={r['n']})" if r["runs"] > 1 else "")
+            name = LABELS.get(s, budget_label(s)) + (f" (n={r['n']})" if r["runs"] > 1 else "")
             if r["kind"] == "baseline":
                 name = f"*{name}*"
             out.append(f"| {name} | {hp50} | {hp99} | {be} | {st} |")

@@ -7,8 +7,10 @@
 #     --pairs "…"       HP model:BE model (default "bert:resnet50 resnet50:gpt2");
 #                       HP: bert resnet50; BE: resnet50 gpt2
 #     --systems "…"     of: native mps mps-prio tally-passthrough tally-default tally-priority
-#                       tally-partition tally-partition-overlap (default "native mps-prio tally-priority
-#                       tally-partition-overlap")
+#                       tally-partition tally-partition-overlap tally-budget-<F>x (default "native
+#                       mps-prio tally-priority tally-partition-overlap"); tally-budget-<F>x: the SM
+#                       reserves $BUDGET_LEVELS chosen online for HP's p99 within F x HP alone, learned
+#                       by tallyd in the tally-hp-alone run (the cache dir is kept for the whole run)
 #     --seconds S       measured window of every run (default 10)
 #     --lead L          BE trains uncounted this long before the HP schedule starts (default 10)
 #     --rho X           HP load: rate = X / mean solo service time (default 0.5)
@@ -55,6 +57,7 @@ OUT=$2
 shift 2
 PAIRS="bert:resnet50 resnet50:gpt2"
 SYSTEMS="native mps-prio tally-priority tally-partition-overlap"
+BUDGET_LEVELS=${BUDGET_LEVELS:-24,40,64:overlap}
 SECS=10
 LEAD=10
 RHO=0.5
@@ -87,7 +90,7 @@ for s in $SYSTEMS; do
   case $s in
     native|mps|mps-prio) ;;
     tally-passthrough|tally-default|tally-priority|tally-partition|tally-partition-overlap) TALLY=1 ;;
-    *) die "unknown system $s" ;;
+    *) [[ $s =~ ^tally-budget-[0-9.]+x$ ]] || die "unknown system $s"; TALLY=1 ;;
   esac
 done
 [[ -n $PAIRS && -n $SYSTEMS ]] || die "no pairs or no systems"
@@ -181,6 +184,7 @@ tally_flags() {
     tally-priority) echo "--policy priority --gate" ;;
     tally-partition) echo "--policy priority --sm-partition 40" ;;
     tally-partition-overlap) echo "--policy priority --sm-partition 40:overlap" ;;
+    tally-budget-*) echo "--policy priority --sm-partition $BUDGET_LEVELS --hp-p99-budget ${1#tally-budget-}" ;;
   esac
 }
 
@@ -347,7 +351,8 @@ except Exception:
   alone "$pair" be-alone native be "$LIMIT" "${be_args[@]}"
   if [[ $TALLY -eq 1 ]]; then
     alone "$pair" tally-be-alone tally-default be "$LIMIT" "${be_args[@]}"
-    alone "$pair" tally-hp-alone tally-default hp "$LIMIT" "${hp_args[@]}"
+    # With the budget's reserves (never split while HP is alone): tallyd learns HP's p99 alone.
+    alone "$pair" tally-hp-alone tally-budget-1x hp "$LIMIT" "${hp_args[@]}"
   fi
   for system in $SYSTEMS; do
     colocated "$pair" "$system"

@@ -2,6 +2,7 @@
 # SM partitions on a real GPU (issue #9): with `--policy priority --sm-partition 40`, a
 # best-effort tenant alone runs on every SM; next to an active high-priority tenant its kernels
 # stay off the HP partition's SMs, and the HP tenant's stay in it; both still compute correctly.
+# With two reserve sizes and no online control, the larger one is used.
 # Without partitions the same pair shares every SM. Clients run with the GPU hidden (when root).
 #
 #   tests/gpu/sm_partition.sh <build dir>        (OUT=<dir> keeps tallyd's log and the results)
@@ -69,7 +70,15 @@ expect "best-effort next to HP stays off the HP partition ($(field split-be dist
   "[[ $(field split-be distinct_sms) -le $((ALL - HP_SMS)) ]]"
 expect "HP next to best-effort stays in its partition ($(field split-hp distinct_sms) SMs)" \
   "[[ $(field split-hp distinct_sms) -le $((HP_SMS + 8)) ]]"
-grep -q "SM partitions: HP" "$TMPD/tallyd.log" && echo "PASS tallyd logged its partitions" || { echo "FAIL no partition line in tallyd's log"; FAILED=1; }
+grep -q "SM partition level 1: HP" "$TMPD/tallyd.log" && echo "PASS tallyd logged its partitions" || { echo "FAIL no partition line in tallyd's log"; FAILED=1; }
+
+# Several reserve sizes without online control: the largest is used.
+start_tallyd --sm-partition "16,$HP_SMS"
+pair levels
+for role in hp be; do expect "$role results correct with two levels" "[[ $(field levels-$role correct) == True ]]"; done
+expect "best-effort next to HP keeps off the larger reserve ($(field levels-be distinct_sms) SMs)" \
+  "[[ $(field levels-be distinct_sms) -le $((ALL - HP_SMS)) ]]"
+grep -q "SM partition level 2: HP" "$TMPD/tallyd.log" && echo "PASS tallyd made both levels" || { echo "FAIL no second level in tallyd's log"; FAILED=1; }
 
 start_tallyd --sm-partition off
 pair shared
