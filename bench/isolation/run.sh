@@ -195,14 +195,14 @@ tally_flags() {
   case $1 in
     tally-passthrough) echo "--policy passthrough" ;;
     tally-default) echo "--policy priority" ;;  # the shipped configuration's scheduler keys
-    tally-priority) echo "--policy priority --gate" ;;
-    tally-no-gate) echo "--policy priority --no-gate" ;;
-    tally-no-transforms) echo "--policy priority --no-transforms" ;;
-    tally-no-stream-priorities) echo "--policy priority --no-stream-priorities" ;;
+    tally-priority) echo "--policy priority --gate --transforms" ;;  # every layer: the ablations take one away
+    tally-no-gate) echo "--policy priority --no-gate --transforms" ;;
+    tally-no-transforms) echo "--policy priority --gate --no-transforms" ;;
+    tally-no-stream-priorities) echo "--policy priority --gate --transforms --no-stream-priorities" ;;
     tally-partition) echo "--policy priority --sm-partition 40" ;;
     tally-partition-64) echo "--policy priority --sm-partition 64" ;;
     tally-partition-overlap) echo "--policy priority --sm-partition 40:overlap" ;;
-    tally-partition-gate) echo "--policy priority --sm-partition 40 --partition-gate" ;;
+    tally-partition-gate) echo "--policy priority --sm-partition 40 --partition-gate --gate --transforms" ;;
     tally-partition-24-overlap) echo "--policy priority --sm-partition 24:overlap" ;;
     # Split only while HP has had work within 0.3 ms: BE gets every SM between requests.
     tally-partition-overlap-dyn) echo "--policy priority --sm-partition 40:overlap --partition-idle-ms 0.3" ;;
@@ -281,7 +281,7 @@ be_alone() {  # repeat key build rho; the first run calibrates the loop count
 # Warm tallyd's caches (compiled variants, learned durations) with the BE under the priority
 # policy, so that measured runs start as a long-running tallyd would be.
 warm_tallyd() {  # key build
-  start_tallyd --policy priority || return 0
+  start_tallyd --policy priority --gate --transforms || return 0
   for _ in 1 2; do
     env $(client_env tally-priority be) "$BIN/be_train_$2" $(be_args "$1" "$2") --seconds 2 \
       >/dev/null 2>>"$OUT/clients.log" || true

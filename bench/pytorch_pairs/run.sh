@@ -29,7 +29,8 @@
 # pipe directory, mps-prio with CUDA_MPS_CLIENT_PRIORITY=1 for BE; tally-* = a fresh private
 # tallyd per run (--listen unix:…, --admin "", --library-dir <cuDNN of the torch wheel>):
 # tally-passthrough --policy passthrough; tally-default --policy priority (the shipped
-# scheduler keys: stream priorities, no gate); tally-priority + --gate; tally-partition
+# scheduler keys: stream priorities, no gate, no transforms); tally-priority + --gate
+# --transforms; tally-partition
 # + --sm-partition 40; tally-partition-overlap + --sm-partition 40:overlap. Clients of tallyd
 # run with TALLY_PRIORITY=high (HP) / best-effort (BE) and, as root, with the GPU and libcuda
 # hidden (tests/gpu/hide_gpu.sh in a mount namespace).
@@ -181,7 +182,7 @@ tally_flags() {
   case $1 in
     tally-passthrough) echo "--policy passthrough" ;;
     tally-default) echo "--policy priority" ;;
-    tally-priority) echo "--policy priority --gate" ;;
+    tally-priority) echo "--policy priority --gate --transforms" ;;
     tally-partition) echo "--policy priority --sm-partition 40" ;;
     tally-partition-overlap) echo "--policy priority --sm-partition 40:overlap" ;;
     tally-budget-*) echo "--policy priority --sm-partition $BUDGET_LEVELS --hp-p99-budget ${1#tally-budget-}" ;;

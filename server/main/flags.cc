@@ -27,7 +27,8 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_option("--idle-window-us", f.idleWindowMicros, "priority: HP idle time before best-effort work runs, µs");
   app.add_flag("--gate", f.gate, "priority: hold best-effort kernels while HP runs");
   app.add_flag("--no-gate", f.noGate, "priority: do not hold best-effort kernels while HP runs (the default)");
-  app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (ablation)");
+  app.add_flag("--transforms", f.transforms, "priority: run long best-effort kernels as PTB / sliced variants");
+  app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (the default)");
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
   app.add_option("--hp-poll-us", f.hpPollMicros, "how long an HP tenant's session thread polls its socket before it sleeps, µs");
   app.add_option("--sm-partition", f.smPartition,
@@ -67,6 +68,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
   if (f.idleWindowMicros) sched.idleWindowMicros = *f.idleWindowMicros;
   if (f.gate) sched.gate = true;
   if (f.noGate) sched.gate = false;
+  if (f.transforms) sched.transforms = true;
   if (f.noTransforms) sched.transforms = false;
   if (f.noStreamPriorities) sched.streamPriorities = false;
   if (f.smPartition) {

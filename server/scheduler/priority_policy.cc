@@ -400,6 +400,9 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     beIsolated_.fetch_add(1, std::memory_order_relaxed);
     return launcher_.launchOriginal(k, params.get());
   }
+  // Neither held nor transformed (the defaults): nothing to learn or decide, and no occupancy
+  // query that could load the kernel behind every running one.
+  if (!config_.gate && !config_.transforms) return launcher_.launchOriginal(k, params.get());
   gpu::KernelParams kernelParams = params.kernelParams();
   std::string key = shapeKey(k);
   KernelFacts facts = occupancyFacts(k, key);

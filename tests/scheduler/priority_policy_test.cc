@@ -135,16 +135,17 @@ class PriorityPolicyTest : public ::testing::Test {
     return out;
   }
 
-  static SchedulerConfig withTheGate() {
+  static SchedulerConfig withGateAndTransforms() {
     SchedulerConfig c;
     c.gate = true;
+    c.transforms = true;
     return c;
   }
 
   FakeLauncher fake;  // outlives the policy
   sim::FakeGpuSpec gpuSpec;
   gpu::Gpu* g = nullptr;  // start() adds it
-  SchedulerConfig config = withTheGate();  // most tests here are about the gate
+  SchedulerConfig config = withGateAndTransforms();  // what most tests here are about
   std::string profiles;
   std::unique_ptr<PriorityPolicy> policy;
 
@@ -256,6 +257,25 @@ TEST_F(PriorityPolicyTest, AnHpLaunchDoesNotWaitForABestEffortOccupancyQuery) {
   EXPECT_EQ(hpLaunch.get(), CUDA_SUCCESS);  // if it was held, it got the lock after the query
   EXPECT_TRUE(hpLaunchedDuringQuery);
   EXPECT_EQ(launchesOf(hp).size(), 1u);
+}
+
+// The defaults (stream priorities, and partitions when configured): a BE launch is the original
+// at once, with nothing timed and no occupancy asked.
+TEST_F(PriorityPolicyTest, WithoutGateAndTransformsABestEffortLaunchIsTheOriginalAtOnce) {
+  config = SchedulerConfig{};
+  config.policy = "priority";
+  start();
+  bool asked = false;
+  fake.onOccupancyQuery = [&] { asked = true; };
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  Kernel longKernel = transformable(3, 10'000 * kMicros);
+  launch(hp, Kernel{function(1), nullptr, nullptr, "hp/k"});
+  launch(be, longKernel);
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+  EXPECT_EQ(last().queued, fake.now()) << "not held while HP runs";
+  EXPECT_FALSE(asked);
+  EXPECT_EQ(fake.liveEvents(), 0u) << "nothing timed";
 }
 
 TEST_F(PriorityPolicyTest, WithoutTheGateNothingIsHeld) {
