@@ -90,7 +90,8 @@ PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gp
   }
   knobs_.budgetMicros = config_.budgetMicros;
   knobs_.useTransforms = config_.transforms;
-  if (monitorThread) monitor_ = std::thread([this] { monitor(); });
+  // The monitor opens the gate and collects timings: with neither layer on, nothing to poll for.
+  if (monitorThread && tracksHpActivity()) monitor_ = std::thread([this] { monitor(); });
 }
 
 PriorityPolicy::~PriorityPolicy() {
@@ -282,6 +283,10 @@ void PriorityPolicy::endOfBurst(uint64_t tenant) {
 }
 
 CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
+  if (!tracksHpActivity()) {  // nothing waits for HP to go idle: no lock, no mark on HP's path
+    ParameterPointers params(k);
+    return launcher_.launchOriginal(k, params.get());
+  }
   GpuState* s = nullptr;
   {
     std::lock_guard lock(mutex_);
@@ -295,7 +300,7 @@ CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
 }
 
 void PriorityPolicy::afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) {
-  if (!highPriority) return;
+  if (!highPriority || !tracksHpActivity()) return;
   GpuState* s = nullptr;
   {
     std::lock_guard lock(mutex_);
@@ -483,6 +488,8 @@ CUresult PriorityPolicy::launch(const KernelLaunch& k) {
 // kernel and counts as one in flight. Its kernels are not variants, so a long BE graph is not
 // preempted: the stream priorities are what keep HP ahead of it.
 CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
+  CUstream used = nullptr;
+  if (w.highPriority && !tracksHpActivity()) return w.enqueue(used);
   KernelLaunch k{};  // what the lane and the wait read of a launch
   k.tenant = w.tenant;
   k.mustNotHold = w.mustNotHold;
@@ -495,7 +502,6 @@ CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
     if (s != nullptr && w.highPriority && s->activity.submitted(clock_.now())) closeGate(*s);
     if (s != nullptr && !w.highPriority) lane = laneFor(*s, k);
   }
-  CUstream used = nullptr;
   if (lane == nullptr) return w.enqueue(used);
   if (beWorkIsolated(*w.gpu)) {
     beIsolated_.fetch_add(1, std::memory_order_relaxed);

@@ -276,6 +276,10 @@ TEST_F(PriorityPolicyTest, WithoutGateAndTransformsABestEffortLaunchIsTheOrigina
   EXPECT_EQ(last().queued, fake.now()) << "not held while HP runs";
   EXPECT_FALSE(asked);
   EXPECT_EQ(fake.liveEvents(), 0u) << "nothing timed";
+  policy->afterWork(hp.id, true, 1, *g, hp.stream);
+  policy->endOfBurst(hp.id);
+  elapse(1000 * kMicros);
+  EXPECT_TRUE(fake.writes.empty()) << "nothing waits for HP to go idle: its work is not marked";
 }
 
 TEST_F(PriorityPolicyTest, WithoutTheGateNothingIsHeld) {
