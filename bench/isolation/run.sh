@@ -43,7 +43,7 @@ BE_LEAD=1
 SWEEP=""
 PAIRS="small:long small:short small:mem"
 BUILDS="sass"
-BUDGET_LEVELS=${BUDGET_LEVELS:-24,40,64:overlap}  # the reserves tally-budget-<F>x chooses from
+BUDGET_LEVELS=${BUDGET_LEVELS:-24:overlap,40:overlap,40,64}  # the reserves tally-budget-<F>x chooses from
 SYSTEMS="native mps mps-prio green-split-40 green-split-64 tally-passthrough tally-priority tally-no-gate
   tally-no-transforms tally-no-stream-priorities tally-partition tally-partition-64 tally-partition-overlap
   tally-partition-gate"

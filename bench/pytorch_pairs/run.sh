@@ -58,7 +58,7 @@ OUT=$2
 shift 2
 PAIRS="bert:resnet50 resnet50:gpt2"
 SYSTEMS="native mps-prio tally-priority tally-partition-overlap"
-BUDGET_LEVELS=${BUDGET_LEVELS:-24,40,64:overlap}
+BUDGET_LEVELS=${BUDGET_LEVELS:-24:overlap,40:overlap,40,64}
 SECS=10
 LEAD=10
 RHO=0.5

@@ -8,8 +8,8 @@ namespace {
 
 std::string specError(std::string_view text) {
   return "SM partition '" + std::string(text) + "': expected off, or up to " + std::to_string(kMaxPartitionLevels) +
-         " increasing sizes N (SMs for HP, N > 0) or P% (1-99 % of them) separated by commas, with an optional "
-         ":overlap";
+         " reserves N (SMs for HP, N > 0) or P% (1-99 % of them), each with an optional :overlap, separated by "
+         "commas in increasing strength (larger, or as large without :overlap)";
 }
 
 std::string driverError(const char* call, CUresult r) {
@@ -29,32 +29,35 @@ CUresult makeGreenContext(CUdevice device, CUdevResource& resource, CUgreenCtx& 
 std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::string& error) {
   if (text.empty() || text == "off") return std::nullopt;
   SmPartitionSpec spec;
-  std::string_view sizes = text;
-  if (auto colon = text.find(':'); colon != std::string_view::npos) {
-    if (text.substr(colon + 1) != "overlap") {
-      error = "SM partition '" + std::string(text) + "': the only option after ':' is 'overlap'";
-      return std::nullopt;
-    }
-    spec.overlap = true;
-    sizes = text.substr(0, colon);
-  }
+  std::string_view rest = text;
   while (true) {
-    const size_t comma = sizes.find(',');
-    std::string_view size = sizes.substr(0, comma);
-    const bool percent = !size.empty() && size.back() == '%';
-    if (percent) size.remove_suffix(1);
-    unsigned value = 0;
-    auto [end, ec] = std::from_chars(size.data(), size.data() + size.size(), value);
-    const bool increasing = spec.hpSms.empty() || value > spec.hpSms.back();
-    if (ec != std::errc() || end != size.data() + size.size() || value == 0 || (percent && value >= 100) ||
-        (!spec.hpSms.empty() && percent != spec.percent) || !increasing || spec.hpSms.size() == kMaxPartitionLevels) {
+    const size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    SmReserve reserve;
+    if (auto colon = item.find(':'); colon != std::string_view::npos) {
+      if (item.substr(colon + 1) != "overlap") {
+        error = "SM partition '" + std::string(text) + "': the only option after ':' is 'overlap'";
+        return std::nullopt;
+      }
+      reserve.overlap = true;
+      item = item.substr(0, colon);
+    }
+    const bool percent = !item.empty() && item.back() == '%';
+    if (percent) item.remove_suffix(1);
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), reserve.size);
+    const SmReserve* last = spec.reserves.empty() ? nullptr : &spec.reserves.back();
+    // Stronger than the level before: larger, or as large and without overlap.
+    const bool stronger = last == nullptr || reserve.size > last->size ||
+                          (reserve.size == last->size && last->overlap && !reserve.overlap);
+    if (ec != std::errc() || end != item.data() + item.size() || reserve.size == 0 || (percent && reserve.size >= 100) ||
+        (last != nullptr && percent != spec.percent) || !stronger || spec.reserves.size() == kMaxPartitionLevels) {
       error = specError(text);
       return std::nullopt;
     }
     spec.percent = percent;
-    spec.hpSms.push_back(value);
+    spec.reserves.push_back(reserve);
     if (comma == std::string_view::npos) break;
-    sizes.remove_prefix(comma + 1);
+    rest.remove_prefix(comma + 1);
   }
   return spec;
 }
@@ -67,19 +70,20 @@ std::unique_ptr<SmPartitions> SmPartitions::create(CUdevice device, SmPartitionS
     return nullptr;
   }
   p->allSms_ = all.sm.smCount;
-  if (spec.overlap) {
-    if (CUresult r = makeGreenContext(device, all, p->everySm_); r != CUDA_SUCCESS) {
-      error = driverError("cuGreenCtxCreate (HP partition of every SM)", r);
-      return nullptr;
-    }
-  }
   for (size_t i = 0; i < spec.levels(); ++i) {
-    if (!p->addLevel(device, all, spec.hpSmsOf(all.sm.smCount, i), error)) return nullptr;
+    const bool overlap = spec.reserves[i].overlap;
+    if (overlap && p->everySm_ == nullptr) {
+      if (CUresult r = makeGreenContext(device, all, p->everySm_); r != CUDA_SUCCESS) {
+        error = driverError("cuGreenCtxCreate (HP partition of every SM)", r);
+        return nullptr;
+      }
+    }
+    if (!p->addLevel(device, all, spec.hpSmsOf(all.sm.smCount, i), overlap, error)) return nullptr;
   }
   return p;
 }
 
-bool SmPartitions::addLevel(CUdevice device, CUdevResource& all, unsigned hpSms, std::string& error) {
+bool SmPartitions::addLevel(CUdevice device, CUdevResource& all, unsigned hpSms, bool overlap, std::string& error) {
   if (hpSms >= all.sm.smCount) {
     error = "HP partition of " + std::to_string(hpSms) + " SMs leaves none of the device's " +
             std::to_string(all.sm.smCount) + " for best-effort work";
@@ -96,7 +100,7 @@ bool SmPartitions::addLevel(CUdevice device, CUdevResource& all, unsigned hpSms,
     return false;
   }
   Level& level = levels_.emplace_back();
-  if (everySm_ == nullptr) {
+  if (!overlap) {
     if (CUresult r = makeGreenContext(device, hp, level.hp); r != CUDA_SUCCESS) {
       error = driverError("cuGreenCtxCreate (HP partition)", r);
       return false;
@@ -106,7 +110,7 @@ bool SmPartitions::addLevel(CUdevice device, CUdevResource& all, unsigned hpSms,
     error = driverError("cuGreenCtxCreate (BE partition)", r);
     return false;
   }
-  level.hpSms = everySm_ != nullptr ? all.sm.smCount : hp.sm.smCount;
+  level.hpSms = overlap ? all.sm.smCount : hp.sm.smCount;
   level.beSms = rest.sm.smCount;
   return true;
 }

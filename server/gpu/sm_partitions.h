@@ -43,25 +43,31 @@ inline size_t placementIndex(Placement p) {
   return p.side == Placement::Side::kWholeGpu ? 0 : 1 + 2 * size_t(p.level) + (p.side == Placement::Side::kBe ? 1 : 0);
 }
 
-// The SMs reserved for HP, one size per level in increasing order: a larger reserve bounds HP
-// better and leaves BE less.
-struct SmPartitionSpec {
-  std::vector<unsigned> hpSms;  // SMs per level (rounded up by the driver to its granularity) ...
-  bool percent = false;         // ... or shares of the device's SMs in percent ("10%,30%")
-  // HP's partition spans every SM (it only stops being time-sliced with BE's partition); BE
-  // still gets the SMs the reserve leaves.
+// One level: the SMs kept free of BE work for HP.
+struct SmReserve {
+  unsigned size = 0;  // SMs (rounded up by the driver to its granularity), or percent of them
+  // HP's partition spans every SM (it only stops being time-sliced with BE's partition; BE still
+  // gets the SMs the reserve leaves): HP's blocks may also use SMs whose BE blocks have ended.
   bool overlap = false;
+};
 
-  size_t levels() const { return hpSms.size(); }
+// The levels in increasing strength: a larger reserve, or at the same size one without overlap,
+// bounds HP better (HP never waits behind a BE block) and leaves BE the same or less.
+struct SmPartitionSpec {
+  std::vector<SmReserve> reserves;
+  bool percent = false;  // sizes are shares of the device's SMs ("10%,30%")
+
+  size_t levels() const { return reserves.size(); }
   unsigned hpSmsOf(unsigned deviceSms, size_t level) const {
-    const unsigned v = hpSms.at(level);
+    const unsigned v = reserves.at(level).size;
     return percent ? std::max(1u, (deviceSms * v + 50) / 100) : v;
   }
 };
 
-// "off" (nullopt, no error), or up to kMaxPartitionLevels increasing sizes separated by commas,
-// each "N" (SMs) or all "P%" (1-99 % of the device's SMs), optionally followed by ":overlap";
-// nullopt with `error` for anything else.
+// "off" (nullopt, no error), or up to kMaxPartitionLevels levels in increasing strength
+// separated by commas, each "N" (SMs) or, for all of them, "P%" (1-99 % of the device's SMs),
+// optionally followed by ":overlap" ("24:overlap,40:overlap,40,64"); nullopt with `error` for
+// anything else.
 std::optional<SmPartitionSpec> parseSmPartitionSpec(std::string_view text, std::string& error);
 
 class SmPartitions {
@@ -86,8 +92,8 @@ class SmPartitions {
   };
   SmPartitions() = default;
   const Level* level(Placement p) const;
-  bool addLevel(CUdevice device, CUdevResource& all, unsigned hpSms, std::string& error);
-  CUgreenCtx everySm_ = nullptr;  // with overlap: HP's green context at every level
+  bool addLevel(CUdevice device, CUdevResource& all, unsigned hpSms, bool overlap, std::string& error);
+  CUgreenCtx everySm_ = nullptr;  // HP's green context at levels with overlap
   std::vector<Level> levels_;
   unsigned allSms_ = 0;
 };

@@ -66,6 +66,13 @@ KernelLaunch launchOf(Tenant& t, gpu::Gpu* g, const Kernel& kernel) {
   return k;
 }
 
+// Reserves of these sizes (SMs), with or without overlap at every level.
+gpu::SmPartitionSpec spec(std::vector<unsigned> sizes, bool overlap) {
+  gpu::SmPartitionSpec s;
+  for (unsigned size : sizes) s.reserves.push_back({size, overlap});
+  return s;
+}
+
 uint32_t word(CUdeviceptr address) { return *reinterpret_cast<const uint32_t*>(address); }
 const FakeLaunch& last(const FakeLauncher& fake) { return fake.launches.back(); }
 
@@ -488,7 +495,7 @@ TEST_F(PriorityPolicyTest, OpaqueWorkIsGatedLikeAKernel) {
 // ---- SM partitions ------------------------------------------------------------------------------
 
 TEST_F(PriorityPolicyTest, WhileTheGpuIsSplitBestEffortIsNeitherHeldNorTransformed) {
-  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
+  config.smPartition = spec({40}, false);
   Kernel longKernel = transformable(1, 10'000 * kMicros);
   knowDurations({{&longKernel, 10'000}});
   start();
@@ -507,7 +514,7 @@ TEST_F(PriorityPolicyTest, WhileTheGpuIsSplitBestEffortIsNeitherHeldNorTransform
 }
 
 TEST_F(PriorityPolicyTest, ThePartitionGateAblationKeepsGatingWhileSplit) {
-  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
+  config.smPartition = spec({40}, false);
   config.partitionGate = true;
   start();
   Tenant& hp = tenant(1, true);
@@ -525,7 +532,7 @@ TEST_F(PriorityPolicyTest, ThePartitionGateAblationKeepsGatingWhileSplit) {
 // as well as splitting, and splits again when they stop doing so. Default knobs: windows of 200
 // waits, the first probe after 600 split waits.
 TEST_F(PriorityPolicyTest, TheControllerSharesWhileSharingServesHpAsWell) {
-  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
+  config.smPartition = spec({40}, false);
   config.partitionControl = true;
   start();
   auto bothActive = [&] {
@@ -545,7 +552,7 @@ TEST_F(PriorityPolicyTest, TheControllerSharesWhileSharingServesHpAsWell) {
 // A budget alone turns the control on: from the largest reserve the policy steps down to the
 // smallest one whose HP p99 is within it, and back up when HP's waits leave it.
 TEST_F(PriorityPolicyTest, WithABudgetThePolicyUsesTheSmallestReserveThatMeetsIt) {
-  config.smPartition = gpu::SmPartitionSpec{{24, 40}, false, true};
+  config.smPartition = spec({24, 40}, true);
   config.hpP99Budget.micros = 1000;
   start();
   auto bothActive = [&] {
@@ -566,7 +573,7 @@ TEST_F(PriorityPolicyTest, WithABudgetThePolicyUsesTheSmallestReserveThatMeetsIt
 // the policy keeps the largest reserve. What it learned is kept for the next start.
 TEST_F(PriorityPolicyTest, ARelativeBudgetIsRelativeToHpAloneLearnedAndKept) {
   knowDurations({});
-  config.smPartition = gpu::SmPartitionSpec{{24, 40}, false, true};
+  config.smPartition = spec({24, 40}, true);
   config.hpP99Budget.factor = 2;
   start();
   auto bothActive = [&] {
@@ -593,7 +600,7 @@ TEST_F(PriorityPolicyTest, ARelativeBudgetIsRelativeToHpAloneLearnedAndKept) {
 }
 
 TEST_F(PriorityPolicyTest, HpWaitsWithoutBestEffortTeachTheControllerNothing) {
-  config.smPartition = gpu::SmPartitionSpec{{40}, false, false};
+  config.smPartition = spec({40}, false);
   config.partitionControl = true;
   start();
   policy->placement(true, *g);  // HP alone

@@ -214,19 +214,25 @@ TEST_F(ConfigFile, SmPartitions) {
   EXPECT_FALSE(config_.scheduler.smPartition);  // off unless asked
   ASSERT_TRUE(load("priority_sm_partition = \"40\"\npriority_partition_idle_ms = 50\n")) << error_;
   ASSERT_TRUE(config_.scheduler.smPartition);
-  EXPECT_EQ(config_.scheduler.smPartition->hpSms, std::vector<unsigned>{40});
-  EXPECT_FALSE(config_.scheduler.smPartition->overlap);
+  const gpu::SmPartitionSpec& spec = *config_.scheduler.smPartition;
+  ASSERT_EQ(spec.levels(), 1u);
+  EXPECT_EQ(spec.reserves[0].size, 40u);
+  EXPECT_FALSE(spec.reserves[0].overlap);
   EXPECT_EQ(config_.scheduler.partitionIdleMillis, 50);
   ASSERT_TRUE(load("priority_sm_partition = \"64:overlap\"\n")) << error_;
-  EXPECT_TRUE(config_.scheduler.smPartition->overlap);
+  EXPECT_TRUE(config_.scheduler.smPartition->reserves[0].overlap);
   ASSERT_TRUE(load("priority_sm_partition = \"30%:overlap\"\n")) << error_;
   EXPECT_TRUE(config_.scheduler.smPartition->percent);
-  EXPECT_TRUE(config_.scheduler.smPartition->overlap);
+  EXPECT_TRUE(config_.scheduler.smPartition->reserves[0].overlap);
   EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(132, 0), 40u);  // the H200's 40 of 132
   EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(2, 0), 1u);      // never none
-  ASSERT_TRUE(load("priority_sm_partition = \"24,40,64:overlap\"\npriority_hp_p99_budget = \"600us\"\n")) << error_;
-  EXPECT_EQ(config_.scheduler.smPartition->levels(), 3u);
-  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(132, 2), 64u);
+  // Levels in increasing strength: larger, or as large without overlap.
+  ASSERT_TRUE(load("priority_sm_partition = \"24:overlap,40:overlap,40,64\"\npriority_hp_p99_budget = \"600us\"\n"))
+      << error_;
+  ASSERT_EQ(config_.scheduler.smPartition->levels(), 4u);
+  EXPECT_TRUE(config_.scheduler.smPartition->reserves[1].overlap);
+  EXPECT_FALSE(config_.scheduler.smPartition->reserves[2].overlap);
+  EXPECT_EQ(config_.scheduler.smPartition->hpSmsOf(132, 3), 64u);
   EXPECT_EQ(config_.scheduler.hpP99Budget.micros, 600);
   ASSERT_TRUE(load("priority_hp_p99_budget = \"1.5x\"\n")) << error_;
   EXPECT_EQ(config_.scheduler.hpP99Budget.factor, 1.5);
@@ -237,7 +243,8 @@ TEST_F(ConfigFile, SmPartitions) {
   ASSERT_TRUE(load("priority_sm_partition = \"off\"\n")) << error_;
   EXPECT_FALSE(config_.scheduler.smPartition);
   for (const char* bad : {"\"40:wide\"", "\"0\"", "\"x\"", "\"-8\"", "\"0%\"", "\"100%\"", "\"%\"", "\"30%%\"",
-                          "\"40,24\"", "\"24,24\"", "\"24,30%\"", "\"24,\"", "\"8,16,24,32,40\""}) {
+                          "\"40,24\"", "\"24,24\"", "\"40,40:overlap\"", "\"24,30%\"", "\"24,\"", "\"8,16,24,32,40\"",
+                          "\"24:overlap:overlap\""}) {
     EXPECT_FALSE(load(std::string("priority_sm_partition = ") + bad + "\n")) << bad;
     EXPECT_NE(error_.find("priority_sm_partition"), std::string::npos) << error_;
   }
