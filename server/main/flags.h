@@ -22,7 +22,8 @@ struct CommandLine {
   std::optional<std::string> hpP99Budget;
   std::optional<std::string> smPartition;
   std::optional<unsigned> hpPollMicros;
-  bool gate = false, noGate = false, transforms = false, noTransforms = false, noStreamPriorities = false, partitionGate = false, partitionControl = false;
+  bool gate = false, noGate = false, transforms = false, noTransforms = false, noStreamPriorities = false;
+  bool partitionGate = false, partitionControl = false;
 };
 
 // Parses argv; nullopt to go on, or the exit status (--help, or a bad flag, already reported).

@@ -67,32 +67,33 @@ struct HpP99Budget {
 std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& error);
 
 // Which partition level serves the pair of tenants at hand, learned online from HP's
-// synchronizing waits while BE is active. Level 0 shares every SM; level i (1..levels) splits
-// them at the i-th reserve size, a larger reserve bounding what HP waits for behind BE blocks at
-// the price of HP's own speed on its partition and BE's on the rest. The controller starts at the
-// largest reserve (the safe side). Every `probeEvery` HP waits at a level above 0 it tries the
-// level below for one window of `window` waits, and keeps it if HP's p99 there meets the target,
-// else goes back and waits twice as long before the next probe; every move up doubles that wait,
-// and the first half window after a move is not measured (work placed before it still runs).
-// HP seen alone ends the pair: the next one starts at the largest reserve again. The target is the budget when
-// one is set, else HP's p99 at the level above times `tolerance` (as well served as with the
-// larger reserve). A budget relative to HP alone holds at the largest reserve until HP's p99
-// alone is known. A settled window that misses the target moves one level up at once.
+// synchronizing waits while BE is active. Level 0 shares every SM; level i (1..levels) is the
+// i-th reserve of SmPartitionSpec, a stronger one bounding what HP waits for behind BE blocks at
+// the price of HP's own speed on its partition and BE's on the rest.
+// - It starts at the strongest level (the safe side).
+// - Every `probeEvery` HP waits at a level above 0 it tries the level below for one window of
+//   `window` waits and keeps it if HP's p99 there meets the target, else goes back.
+// - The target is the budget when one is set, else HP's p99 at the level above times
+//   `tolerance` (as well served). A budget relative to HP alone holds the strongest level until
+//   HP's p99 alone is known.
+// - A settled window that misses the target moves one level up at once.
+// - Every move up doubles the wait before the next probe; the first half window after any move
+//   is not measured (work placed before it still runs where it was).
+// - HP seen alone ends the pair: the next one starts at the strongest level again.
 // CUDA-free, one caller at a time (the policy's lock).
 class PartitionController {
  public:
   struct Knobs {
-    size_t levels = 1;           // reserve sizes (SmPartitionSpec::levels())
+    size_t levels = 1;           // reserves (SmPartitionSpec::levels())
     size_t window = 200;         // HP waits per measurement
     size_t probeEvery = 600;     // waits at a level before the first probe of the one below (3 windows)
     size_t maxProbeEvery = 64000;
-    double tolerance = 1.1;      // without a budget: a level is kept while its p99 <= tolerance x the level above's
+    double tolerance = 1.1;      // without a budget: kept while p99 <= tolerance x the level above's
     HpP99Budget budget;          // none: the tolerance rule
   };
   PartitionController() : PartitionController(Knobs{}) {}
   explicit PartitionController(Knobs knobs);
-  // An HP tenant's synchronizing wait of `micros`, while BE was active (waits of HP alone say
-  // nothing about the pair and are ignored).
+  // An HP tenant's synchronizing wait of `micros`, while BE was active.
   void observeHpWait(double micros);
   // A wait with no BE work active: what a budget relative to HP alone is relative to.
   void observeHpAloneWait(double micros);

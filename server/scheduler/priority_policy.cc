@@ -154,10 +154,10 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
     }
     if (controlsPartitions()) {
       const HpP99Budget& b = knobs.budget;
-      spdlog::info("scheduler on GPU {}: the level is chosen online: the smallest reserve {}", ordinal,
+      spdlog::info("scheduler on GPU {}: the level is chosen online: the weakest {}", ordinal,
                    b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs", b.micros)
                    : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone", b.factor)
-                                  : std::string("that serves HP as well as the next larger one"));
+                                  : std::string("that serves HP as well as the next stronger one"));
     }
   }
   if (config_.transforms && !launcher_.hasPtbHelpers(&g)) {

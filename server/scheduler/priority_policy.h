@@ -101,7 +101,7 @@ class PriorityPolicy final : public Policy {
     std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
     PartitionController controller;         // under mutex_
     // The partition level in use while both classes are active (0: every SM shared):
-    // controller.level() when it runs, else the largest reserve. Readable without the lock.
+    // controller.level() when it runs, else the strongest level. Readable without the lock.
     std::atomic<uint8_t> level{0};
     std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
     struct HpSlot {

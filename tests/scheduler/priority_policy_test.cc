@@ -134,6 +134,15 @@ class PriorityPolicyTest : public ::testing::Test {
     for (int i = 0; i < count; ++i) ASSERT_EQ(policy->launch(launchOf(t, g, k)), CUDA_SUCCESS);
   }
   const FakeLaunch& last() { return fake.launches.back(); }
+  // Both classes queue work now: where HP's goes.
+  gpu::Placement bothActive() {
+    policy->placement(false, *g);
+    return policy->placement(true, *g);
+  }
+  // HP's synchronizing waits, `count` of `micros` each.
+  void hpWaits(int count, double micros) {
+    for (int i = 0; i < count; ++i) policy->observeHpWait(*g, micros);
+  }
   std::vector<FakeLaunch> launchesOf(const Tenant& t) {
     std::vector<FakeLaunch> out;
     for (const FakeLaunch& l : fake.launches) {
@@ -535,16 +544,12 @@ TEST_F(PriorityPolicyTest, TheControllerSharesWhileSharingServesHpAsWell) {
   config.smPartition = spec({40}, false);
   config.partitionControl = true;
   start();
-  auto bothActive = [&] {
-    policy->placement(false, *g);
-    return policy->placement(true, *g);
-  };
   ASSERT_EQ(bothActive(), gpu::Placement::hp(0));  // starts split
-  for (int i = 0; i < 600; ++i) policy->observeHpWait(*g, 400);
+  hpWaits(600, 400);
   EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "probing sharing";
-  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 300);
+  hpWaits(200, 300);
   EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "sharing served HP better: kept";
-  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 5000);
+  hpWaits(200, 5000);
   EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "sharing started to hurt HP: split again";
   EXPECT_EQ(policy->placement(false, *g), gpu::Placement::be(0));
 }
@@ -555,17 +560,13 @@ TEST_F(PriorityPolicyTest, WithABudgetThePolicyUsesTheSmallestReserveThatMeetsIt
   config.smPartition = spec({24, 40}, true);
   config.hpP99Budget.micros = 1000;
   start();
-  auto bothActive = [&] {
-    policy->placement(false, *g);
-    return policy->placement(true, *g);
-  };
   ASSERT_EQ(bothActive(), gpu::Placement::hp(1)) << "starts at the larger reserve";
   EXPECT_EQ(policy->placement(false, *g), gpu::Placement::be(1));
-  for (int i = 0; i < 600; ++i) policy->observeHpWait(*g, 600);
+  hpWaits(600, 600);
   EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "within the budget: the smaller reserve is tried";
-  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 800);
+  hpWaits(200, 800);
   EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "still within it: kept";
-  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 3000);
+  hpWaits(200, 3000);
   EXPECT_EQ(bothActive(), gpu::Placement::hp(1)) << "over the budget: the larger reserve again";
 }
 
@@ -576,16 +577,12 @@ TEST_F(PriorityPolicyTest, ARelativeBudgetIsRelativeToHpAloneLearnedAndKept) {
   config.smPartition = spec({24, 40}, true);
   config.hpP99Budget.factor = 2;
   start();
-  auto bothActive = [&] {
-    policy->placement(false, *g);
-    return policy->placement(true, *g);
-  };
   ASSERT_EQ(bothActive(), gpu::Placement::hp(1));
-  for (int i = 0; i < 1000; ++i) policy->observeHpWait(*g, 500);
+  hpWaits(1000, 500);
   EXPECT_EQ(bothActive(), gpu::Placement::hp(1)) << "HP alone not known yet: the safe reserve";
   elapse(300'000 * kMicros);  // BE idle past the partition idle window
   policy->placement(true, *g);
-  for (int i = 0; i < 200; ++i) policy->observeHpWait(*g, 300);  // HP alone: p99 300 µs
+  hpWaits(200, 300);  // HP alone: p99 300 µs
   for (int i = 0; i < 600; ++i) {
     bothActive();
     policy->observeHpWait(*g, 500);  // within 2 x 300
@@ -595,7 +592,7 @@ TEST_F(PriorityPolicyTest, ARelativeBudgetIsRelativeToHpAloneLearnedAndKept) {
   policy.reset();  // keeps what it learned
   start();
   bothActive();
-  for (int i = 0; i < 600; ++i) policy->observeHpWait(*g, 500);
+  hpWaits(600, 500);
   EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "HP alone known from the last run";
 }
 
@@ -604,7 +601,7 @@ TEST_F(PriorityPolicyTest, HpWaitsWithoutBestEffortTeachTheControllerNothing) {
   config.partitionControl = true;
   start();
   policy->placement(true, *g);  // HP alone
-  for (int i = 0; i < 5000; ++i) policy->observeHpWait(*g, 400);
+  hpWaits(5000, 400);
   policy->placement(false, *g);
   EXPECT_EQ(policy->placement(true, *g), gpu::Placement::hp(0)) << "still the safe start: split";
 }
