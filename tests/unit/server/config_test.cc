@@ -1,4 +1,5 @@
 #include "server/main/config.h"
+#include "server/main/flags.h"
 
 #include <gtest/gtest.h>
 
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace tally::server {
 namespace {
@@ -248,6 +250,36 @@ TEST_F(ConfigFile, SmPartitions) {
     EXPECT_FALSE(load(std::string("priority_sm_partition = ") + bad + "\n")) << bad;
     EXPECT_NE(error_.find("priority_sm_partition"), std::string::npos) << error_;
   }
+}
+
+// The scheduler's flags override the file: the opt-in layers, the reserves and the budget.
+TEST(CommandLine, SchedulerFlagsOverrideTheFile) {
+  auto apply = [](std::vector<std::string> args, Config& config, std::string& error) {
+    args.insert(args.begin(), "tallyd");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    CommandLine flags;
+    EXPECT_FALSE(parseCommandLine(static_cast<int>(argv.size()), argv.data(), flags));
+    return applyCommandLine(flags, config, error);
+  };
+  Config config;
+  std::string error;
+  EXPECT_FALSE(config.scheduler.gate);  // opt-in
+  EXPECT_FALSE(config.scheduler.transforms);
+  ASSERT_TRUE(apply({"--policy", "priority", "--gate", "--transforms", "--sm-partition", "24:overlap,40",
+                     "--hp-p99-budget", "800us"},
+                    config, error))
+      << error;
+  EXPECT_TRUE(config.scheduler.gate);
+  EXPECT_TRUE(config.scheduler.transforms);
+  ASSERT_TRUE(config.scheduler.smPartition);
+  EXPECT_EQ(config.scheduler.smPartition->levels(), 2u);
+  EXPECT_EQ(config.scheduler.hpP99Budget.micros, 800);
+  ASSERT_TRUE(apply({"--no-gate", "--hp-p99-budget", "off"}, config, error)) << error;
+  EXPECT_FALSE(config.scheduler.gate);
+  EXPECT_FALSE(config.scheduler.hpP99Budget.set());
+  EXPECT_FALSE(apply({"--hp-p99-budget", "fast"}, config, error));
+  EXPECT_NE(error.find("--hp-p99-budget"), std::string::npos) << error;
 }
 
 // Finding 14: subjects are compared whole, in RFC 2253 form; the old one-line form is refused
