@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,8 @@ struct AdminState {
   std::atomic<bool>& draining;  // read by every handshake
   SessionSource& sessions;
   const session::FaultHistory* faults = nullptr;  // null: none recorded
+  // The SMs best-effort work is kept off on GPU i right now (the scheduler's reserve); null: none.
+  std::function<unsigned(size_t gpu)> smsKeptFromBestEffort;
 };
 
 class AdminServer {

@@ -69,6 +69,13 @@ std::string renderMetrics(AdminState& state) {
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - state.startedAt).count());
   header(out, {"tally_gpus", "gauge", "GPUs tallyd serves"});
   out += fmt::format("tally_gpus {}\n", state.gpuNames.size());
+  if (state.smsKeptFromBestEffort) {
+    header(out, {"tally_gpu_sms_kept_from_best_effort", "gauge",
+                 "SMs best-effort work is kept off right now (the SM reserve the scheduler chose; 0: none)"});
+    for (size_t i = 0; i < state.gpuNames.size(); ++i) {
+      out += fmt::format("tally_gpu_sms_kept_from_best_effort{{gpu=\"{}\"}} {}\n", i, state.smsKeptFromBestEffort(i));
+    }
+  }
   header(out, {"tally_draining", "gauge", "1 while new tenants are refused (tallyctl drain)"});
   out += fmt::format("tally_draining {}\n", state.draining.load() ? 1 : 0);
   header(out, {"tally_tenants", "gauge", "admitted tenants"});

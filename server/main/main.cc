@@ -310,8 +310,11 @@ int run(int argc, char** argv) {
     }
     std::vector<std::string> gpuNames;
     for (auto& g : gpus) gpuNames.push_back(g->description().name);
-    metrics.emplace(config.metricsListen.substr(0, colon), static_cast<uint16_t>(port),
-                    admin::AdminState{std::move(gpuNames), startedAt, draining, registry, &faultHistory});
+    admin::AdminState state{std::move(gpuNames), startedAt, draining, registry, &faultHistory};
+    state.smsKeptFromBestEffort = [policy = services.policy, gpus = services.gpus](size_t i) {
+      return i < gpus.size() ? policy->smsKeptFromBestEffort(*gpus[i]) : 0u;
+    };
+    metrics.emplace(config.metricsListen.substr(0, colon), static_cast<uint16_t>(port), std::move(state));
     if (!metrics->start(error)) {
       spdlog::error("{}", error);
       return 1;

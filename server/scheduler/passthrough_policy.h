@@ -12,6 +12,7 @@ class PassthroughPolicy final : public Policy {
   std::optional<int> streamPriority(bool, const gpu::Gpu&) const override { return std::nullopt; }
   gpu::Placement placement(bool, gpu::Gpu&) override { return gpu::Placement::wholeGpu(); }
   void observeHpWait(gpu::Gpu&, double) override {}
+  unsigned smsKeptFromBestEffort(gpu::Gpu&) override { return 0; }
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override {
     CUstream used = nullptr;

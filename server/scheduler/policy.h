@@ -132,6 +132,9 @@ class Policy {
   // A high-priority tenant's synchronizing wait on `g` took `micros` (what the policy can learn
   // HP's latency from).
   virtual void observeHpWait(gpu::Gpu& g, double micros) = 0;
+  // The SMs of `g` best-effort work is kept off right now (0: it may use every SM): what an SM
+  // reserve costs it, for the metrics.
+  virtual unsigned smsKeptFromBestEffort(gpu::Gpu& g) = 0;
   // Enqueues (or arranges) a kernel launch, through the policy's Launcher.
   virtual CUresult launch(const KernelLaunch& k) = 0;
   // Enqueues opaque work (at once, unless the policy holds it). afterWork follows it, as for

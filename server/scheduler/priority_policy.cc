@@ -208,6 +208,15 @@ void PriorityPolicy::observeHpWait(gpu::Gpu& g, double micros) {
   }
 }
 
+unsigned PriorityPolicy::smsKeptFromBestEffort(gpu::Gpu& g) {
+  GpuState* s = stateFor(g);
+  if (s == nullptr || !s->split || !s->split->split(clock_.now())) return 0;
+  const uint8_t level = s->level.load(std::memory_order_relaxed);
+  if (level == 0) return 0;
+  return launcher_.partitionSmCount(&g, gpu::Placement::wholeGpu()) -
+         launcher_.partitionSmCount(&g, gpu::Placement::be(level - 1));
+}
+
 // HP's p99 wait with no BE work active on `g`, kept with the learned kernel durations.
 std::string PriorityPolicy::aloneKey(gpu::Gpu& g) {
   return "gpu" + std::to_string(launcher_.ordinal(&g)) + "/hp-alone-wait-p99";

@@ -63,6 +63,7 @@ class PriorityPolicy final : public Policy {
   std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const override;
   gpu::Placement placement(bool highPriority, gpu::Gpu& g) override;
   void observeHpWait(gpu::Gpu& g, double micros) override;
+  unsigned smsKeptFromBestEffort(gpu::Gpu& g) override;
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override;
   void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override;

@@ -23,6 +23,7 @@ class StressPolicy final : public Policy {
   }
   gpu::Placement placement(bool highPriority, gpu::Gpu& g) override { return inner_->placement(highPriority, g); }
   void observeHpWait(gpu::Gpu& g, double micros) override { inner_->observeHpWait(g, micros); }
+  unsigned smsKeptFromBestEffort(gpu::Gpu& g) override { return inner_->smsKeptFromBestEffort(g); }
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override { return inner_->runOpaque(w); }
   void afterWork(uint64_t tenant, bool highPriority, uint64_t streamId, gpu::Gpu& g, CUstream stream) override {

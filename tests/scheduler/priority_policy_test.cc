@@ -545,8 +545,10 @@ TEST_F(PriorityPolicyTest, TheControllerSharesWhileSharingServesHpAsWell) {
   config.partitionControl = true;
   start();
   ASSERT_EQ(bothActive(), gpu::Placement::hp(0));  // starts split
+  EXPECT_EQ(policy->smsKeptFromBestEffort(*g), 40u);
   hpWaits(600, 400);
   EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "probing sharing";
+  EXPECT_EQ(policy->smsKeptFromBestEffort(*g), 0u);
   hpWaits(200, 300);
   EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "sharing served HP better: kept";
   hpWaits(200, 5000);
