@@ -19,7 +19,9 @@
 #   GPU_SUITE_TALLYD_ARGS  extra tallyd options, e.g. "--transform stress --cache-dir DIR"
 #   GPU_SUITE_PRIORITY_PAIR=1  after each program's UDS and TCP runs, run it twice at once over
 #                          UDS, as a high-priority and a best-effort tenant (with
-#                          GPU_SUITE_TALLYD_ARGS="--policy priority": the scheduler's GPU test)
+#                          GPU_SUITE_TALLYD_ARGS="--policy priority --gate --transform stress",
+#                          or with "--sm-partition 24:overlap,40 --hp-p99-budget 2x": the
+#                          scheduler's GPU tests; plain "--policy priority" is stream priorities only)
 #   GPU_SUITE_PAIR_SKIP="host_threads"  programs left out of the pairs, with a printed reason
 #   GPU_SUITE_UDS_ONLY="host_register managed_memory graph_host_nodes"  programs not run over TCP,
 #                          with a printed reason (device pointers of registered host memory, managed
