@@ -146,11 +146,26 @@ void PartitionController::finishWindow() {
   }
 }
 
+bool variantPays(const VariantRecord& variant, double originalMicros, const ChoiceKnobs& knobs) {
+  if (!variant.micros || variant.timed < knobs.measureFirst) return true;
+  return *variant.micros <= knobs.maxVariantSlowdown * originalMicros;
+}
+
+namespace {
+
+// Times a variant's first launches, then one in measureEvery, to follow changes of the load.
+bool timeVariant(const VariantRecord& variant, const KernelFacts& f, const ChoiceKnobs& k) {
+  return variant.timed < k.measureFirst || f.launchesSeen % k.measureEvery == 0;
+}
+
+}  // namespace
+
 LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
   LaunchChoice c;
-  bool learning = !f.originalMicros || f.launchesSeen < k.measureFirst;
+  const bool learning = !f.originalMicros || f.originalTimed < k.measureFirst;
+  const bool timeOriginal = learning || f.launchesSeen % k.measureEvery == 0;
   if (learning || !k.useTransforms || (!f.hasPtb && !f.hasSliced)) {
-    c.measure = learning || (f.launchesSeen % k.measureEvery == 0);
+    c.measure = timeOriginal;
     return c;
   }
   const double duration = *f.originalMicros;
@@ -158,16 +173,20 @@ LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
     double blockMicros = duration / std::max(1.0, double(f.blocks) / double(f.originalWaveBlocks));
     if (blockMicros <= k.besideHpBlockMicros) {
       c.besideHp = true;
-      c.measure = f.launchesSeen % k.measureEvery == 0;
+      c.measure = timeOriginal;
       return c;
     }
   }
   if (duration <= k.budgetMicros || f.blocks <= 1) {
-    c.measure = f.launchesSeen % k.measureEvery == 0;
+    c.measure = timeOriginal;
     return c;  // short enough to wait for
   }
-  const bool longEnoughForPtb = duration >= k.ptbMinBudgets * k.budgetMicros || !f.hasSliced;
-  if (f.hasPtb && f.waveBlocks > 0 && longEnoughForPtb) {
+  // A variant that did not pay gets one more chance now and then (the load may have changed).
+  const bool retry = f.launchesSeen % k.retryEvery == k.retryEvery - 1;
+  const bool ptbPays = variantPays(f.ptb, duration, k) || retry;
+  const bool slicedPays = variantPays(f.sliced, duration, k) || retry;
+  const bool longEnoughForPtb = duration >= k.ptbMinBudgets * k.budgetMicros || !f.hasSliced || !slicedPays;
+  if (f.hasPtb && ptbPays && f.waveBlocks > 0 && longEnoughForPtb) {
     // A worker runs one logical block in about duration / waves; a retreat waits for the
     // blocks of the chunk in progress.
     double waves = std::max(1.0, double(f.blocks) / double(f.waveBlocks));
@@ -176,12 +195,18 @@ LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
     c.kind = VariantKind::kPtb;
     c.workers = std::min(f.waveBlocks, f.blocks);
     c.chunk = static_cast<uint32_t>(std::clamp(fit, 1.0, double(k.maxChunk)));
+    c.measure = timeVariant(f.ptb, f, k) || retry;
     return c;
   }
-  c.kind = VariantKind::kSliced;
-  uint64_t slices = static_cast<uint64_t>(std::ceil(duration / k.budgetMicros));
-  c.slices = std::clamp<uint64_t>(slices, 2, std::min<uint64_t>(k.maxSlices, f.blocks));
-  return c;
+  if (f.hasSliced && slicedPays) {
+    c.kind = VariantKind::kSliced;
+    uint64_t slices = static_cast<uint64_t>(std::ceil(duration / k.budgetMicros));
+    c.slices = std::clamp<uint64_t>(slices, 2, std::min<uint64_t>(k.maxSlices, f.blocks));
+    c.measure = timeVariant(f.sliced, f, k) || retry;
+    return c;
+  }
+  c.measure = timeOriginal;
+  return c;  // no variant pays
 }
 
 void KernelProfiles::record(const std::string& key, double micros) {

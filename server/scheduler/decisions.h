@@ -140,6 +140,14 @@ struct LaunchChoice {
   bool besideHp = false;
 };
 
+// What a variant's own launches showed: the mean wall time of the whole kernel run as that
+// variant (from its first block's start to its last block's end, pauses for HP included), and
+// how many such launches were timed.
+struct VariantRecord {
+  std::optional<double> micros;
+  uint64_t timed = 0;
+};
+
 struct KernelFacts {
   uint64_t blocks = 0;        // logical blocks of the launch
   uint64_t waveBlocks = 0;    // blocks of the PTB variant one wave holds (occupancy x SMs); 0: unknown
@@ -147,7 +155,10 @@ struct KernelFacts {
   bool hasSliced = false;     // the variant exists and fits this launch
   bool hasPtb = false;
   std::optional<double> originalMicros;  // learned duration of the original at this shape
-  uint64_t launchesSeen = 0;
+  uint64_t originalTimed = 0;            // launches of the original timed so far (kept on disk)
+  uint64_t launchesSeen = 0;             // launches of this shape since tallyd started
+  VariantRecord sliced;  // the variants' own timings at this shape
+  VariantRecord ptb;
 };
 
 struct ChoiceKnobs {
@@ -161,13 +172,25 @@ struct ChoiceKnobs {
   uint64_t maxSlices = 64;
   uint64_t measureFirst = 3;   // launches timed before a choice is trusted
   uint64_t measureEvery = 64;  // then one in this many, to follow changes
+  // A variant whose timed launches take longer than this x the original's (both timed under
+  // the same load, pauses for HP included) does not pay: the original runs instead. 1.4 lets a
+  // variant cost BE at most ~30 % of its throughput, the share the isolation targets allow (BE
+  // >= 0.7 of alone). It is tried again once every `retryEvery` launches of the kernel, so a
+  // changed load can bring it back.
+  double maxVariantSlowdown = 1.4;
+  uint64_t retryEvery = 1024;
 };
 
 // Picks the variant for a BE launch: the original when its blocks are tiny (it runs beside HP),
 // when it is short enough to wait for, or when it is not known yet (it is timed); else PTB with
 // the largest chunk whose expected turnaround (a chunk of blocks per worker) fits the budget for
-// long kernels, and slices short enough to fit it for the others (or when there is no PTB).
+// long kernels, and slices short enough to fit it for the others (or when there is no PTB). A
+// variant is timed on its first launches and then now and then; one whose timings show it does
+// not pay (ChoiceKnobs::maxVariantSlowdown) gives way to the other variant, then the original.
 LaunchChoice chooseLaunch(const KernelFacts& facts, const ChoiceKnobs& knobs);
+// Whether `variant` is worth running for a kernel whose original takes `originalMicros`: not
+// yet timed enough to tell, or no slower than the knob allows.
+bool variantPays(const VariantRecord& variant, double originalMicros, const ChoiceKnobs& knobs);
 
 // Learned original durations per kernel shape, kept on disk between runs (one line per key:
 // "<key>\t<micros>\t<samples>").

@@ -408,6 +408,42 @@ KernelFacts PriorityPolicy::occupancyFacts(const KernelLaunch& k, const std::str
   return shapes_.try_emplace(cacheKey, f).first->second;
 }
 
+// The profile keys of a shape's variants: their timings sit beside the original's.
+std::string variantKey(const std::string& shape, VariantKind kind) {
+  return shape + (kind == VariantKind::kPtb ? "#ptb" : "#sliced");
+}
+
+VariantRecord PriorityPolicy::variantRecord(const std::string& key, VariantKind kind) const {
+  const std::string v = variantKey(key, kind);
+  return VariantRecord{profiles_.micros(v), profiles_.samples(v)};
+}
+
+PriorityPolicy::Measurement PriorityPolicy::startTiming(GpuState& s, CUstream stream) {
+  Measurement m;
+  {
+    std::lock_guard lock(mutex_);
+    if (!s.eventPool.empty()) {
+      std::tie(m.start, m.end) = s.eventPool.back();
+      s.eventPool.pop_back();
+    }
+  }
+  if (m.start == nullptr &&
+      (launcher_.createEvent(m.start, true) != CUDA_SUCCESS || launcher_.createEvent(m.end, true) != CUDA_SUCCESS)) {
+    if (m.start != nullptr) launcher_.destroyEvent(m.start);
+    return Measurement{};
+  }
+  launcher_.recordEvent(m.start, stream);
+  return m;
+}
+
+void PriorityPolicy::finishTiming(GpuState& s, Measurement m, CUstream stream, std::string key) {
+  if (m.start == nullptr) return;
+  launcher_.recordEvent(m.end, stream);
+  m.key = std::move(key);
+  std::lock_guard lock(mutex_);
+  s.measuring.push_back(std::move(m));
+}
+
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
   ParameterPointers params(k);
   if (beWorkIsolated(*k.gpu)) {
@@ -429,62 +465,57 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
     if (s != nullptr) lane = laneFor(*s, k);
     if (lane != nullptr) {
       facts.originalMicros = profiles_.micros(key);
-      facts.launchesSeen = profiles_.samples(key);
+      facts.originalTimed = profiles_.samples(key);
+      facts.launchesSeen = launchesOfShape_[key]++;
+      facts.sliced = variantRecord(key, VariantKind::kSliced);
+      facts.ptb = variantRecord(key, VariantKind::kPtb);
       choice = chooseLaunch(facts, knobs_);
       ++(choice.kind == VariantKind::kOriginal ? beOriginal_ : choice.kind == VariantKind::kSliced ? beSliced_ : bePtb_);
     }
   }
   if (lane == nullptr) return launcher_.launchOriginal(k, params.get());
+  // Timed from the first block's start to the last one's end, holds and pauses for HP included:
+  // what the variant costs BE, which is what decides whether it pays (chooseLaunch).
+  Measurement m;
   switch (choice.kind) {
     case VariantKind::kSliced: {
       if (k.slicedLaunches != nullptr) k.slicedLaunches->fetch_add(1, std::memory_order_relaxed);
       const uint64_t total = k.shape.blocks(), per = gpu::sliceSize(total, choice.slices);
       for (uint64_t offset = 0; offset < total; offset += per) {
         waitTurn(*s, *lane, k, true);  // HP work may come between slices
+        if (offset == 0 && choice.measure) m = startTiming(*s, k.stream);
         auto count = static_cast<uint32_t>(std::min(per, total - offset));
         if (CUresult r = launcher_.launchSliceRange(k.sliced, k.shape, k.stream, kernelParams, offset, count);
             r != CUDA_SUCCESS) {
+          finishTiming(*s, std::move(m), k.stream, variantKey(key, choice.kind));
           return r;
         }
         markInFlight(*lane, k.stream);
       }
+      finishTiming(*s, std::move(m), k.stream, variantKey(key, choice.kind));
       return CUDA_SUCCESS;
     }
     case VariantKind::kPtb: {
       if (k.ptbLaunches != nullptr) k.ptbLaunches->fetch_add(1, std::memory_order_relaxed);
       waitTurn(*s, *lane, k, true);
+      if (choice.measure) m = startTiming(*s, k.stream);
       gpu::PtbControl control{lane->progress, s->words.device(lane->retreat)};
       CUresult r = launcher_.launchPtbResumable(k.gpu, k.ptb, k.shape, k.stream, kernelParams,
                                                 {choice.workers, choice.chunk}, control,
                                                 s->words.device(lane->never), kPtbResumes,
                                                 static_cast<uint64_t>(config_.maxPauseMicros * 1000));
       markInFlight(*lane, k.stream);
+      finishTiming(*s, std::move(m), k.stream, variantKey(key, choice.kind));
       return r;
     }
     case VariantKind::kOriginal:
       break;
   }
   waitTurn(*s, *lane, k, !choice.besideHp);
-  Measurement m;
-  if (choice.measure) {
-    std::lock_guard lock(mutex_);
-    if (!s->eventPool.empty()) {
-      std::tie(m.start, m.end) = s->eventPool.back();
-      s->eventPool.pop_back();
-    } else if (launcher_.createEvent(m.start, true) != CUDA_SUCCESS ||
-               launcher_.createEvent(m.end, true) != CUDA_SUCCESS) {
-      m.start = m.end = nullptr;
-    }
-  }
-  if (m.start != nullptr) launcher_.recordEvent(m.start, k.stream);
+  if (choice.measure) m = startTiming(*s, k.stream);
   CUresult r = launcher_.launchOriginal(k, params.get());
   markInFlight(*lane, k.stream);
-  if (m.start != nullptr) {
-    launcher_.recordEvent(m.end, k.stream);
-    m.key = std::move(key);
-    std::lock_guard lock(mutex_);
-    s->measuring.push_back(std::move(m));
-  }
+  finishTiming(*s, std::move(m), k.stream, std::move(key));
   return r;
 }
 
@@ -566,10 +597,26 @@ void PriorityPolicy::collectTimings(GpuState& s) {
   std::lock_guard lock(mutex_);
   for (Measurement& m : pending) s.measuring.push_back(std::move(m));
   for (auto& [m, ms] : done) {
-    if (ms >= 0) profiles_.record(m.key, ms * 1000.0);
+    if (ms >= 0) recordTiming(m.key, ms * 1000.0);
     ++measured_;
     s.eventPool.emplace_back(m.start, m.end);
   }
+}
+
+void PriorityPolicy::recordTiming(const std::string& key, double micros) {
+  const size_t mark = key.rfind('#');
+  if (mark == std::string::npos) return profiles_.record(key, micros);
+  const std::string shape = key.substr(0, mark);
+  const auto original = profiles_.micros(shape);
+  const VariantRecord before{profiles_.micros(key), profiles_.samples(key)};
+  profiles_.record(key, micros);
+  const VariantRecord after{profiles_.micros(key), profiles_.samples(key)};
+  if (!original || variantPays(after, *original, knobs_) == variantPays(before, *original, knobs_)) return;
+  const bool pays = variantPays(after, *original, knobs_);
+  ++(pays ? variantsReadmitted_ : variantsRefused_);
+  spdlog::info("scheduler: {} as {} takes {:.0f} µs against {:.0f} µs as the original ({:.1f}x): {}", shape,
+               key.substr(mark + 1), *after.micros, *original, *after.micros / *original,
+               pays ? "it runs as the variant again" : "it runs as the original");
 }
 
 void PriorityPolicy::pollOnce() {
@@ -657,7 +704,8 @@ std::string PriorityPolicy::summary() const {
   return "priority: " + std::to_string(beOriginal_) + " BE original, " + std::to_string(beSliced_) + " sliced, " +
          std::to_string(bePtb_) + " PTB launches, " + std::to_string(beIsolated_.load()) + " in the BE partition, " +
          std::to_string(gateCloses_) + " gate closes, " + std::to_string(measured_) + " timed, " +
-         std::to_string(profiles_.size()) + " kernel shapes learned";
+         std::to_string(variantsRefused_) + " variants that did not pay, " + std::to_string(profiles_.size()) +
+         " durations learned";
 }
 
 }  // namespace tally::server::scheduler

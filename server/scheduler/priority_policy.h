@@ -149,6 +149,14 @@ class PriorityPolicy final : public Policy {
   };
   void writeMarks(const std::vector<PendingMark>& marks);
   KernelFacts occupancyFacts(const KernelLaunch& k, const std::string& key);  // takes mutex_ itself
+  VariantRecord variantRecord(const std::string& key, VariantKind kind) const;  // under mutex_
+  // Events around work about to be queued on `stream` (none when no event could be had), and
+  // the end event once it is queued; the monitor reads the time (collectTimings).
+  Measurement startTiming(GpuState& s, CUstream stream);
+  void finishTiming(GpuState& s, Measurement m, CUstream stream, std::string key);
+  // Under mutex_: a finished timing of an original ("<shape>") or a variant ("<shape>#ptb"),
+  // saying so when a variant starts or stops paying.
+  void recordTiming(const std::string& key, double micros);
   void monitor();
   void observeHp(GpuState& s);       // under mutex_: HP's words, and the gate
   void markStaleSlots(GpuState& s);  // under mutex_: marks deferred longer than kMaxUnmarked
@@ -165,10 +173,12 @@ class PriorityPolicy final : public Policy {
   std::map<gpu::Gpu*, std::unique_ptr<GpuState>> gpus_;
   KernelProfiles profiles_;
   std::map<std::string, KernelFacts> shapes_;  // occupancyFacts' answers
+  std::map<std::string, uint64_t> launchesOfShape_;  // BE launches per shape key, since start
   std::atomic<bool> stopping_{false};
   std::atomic<uint32_t> unmarkedSlots_{0};  // HP slots whose mark waits for endOfBurst
   // Counters for summary().
   uint64_t gateCloses_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
+  uint64_t variantsRefused_ = 0, variantsReadmitted_ = 0;  // variants that stopped / started paying
   std::atomic<uint64_t> beIsolated_{0};  // BE launches and opaque work run in the BE partition
   std::thread monitor_;  // last: started once everything above is ready
 };

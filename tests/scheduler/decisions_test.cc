@@ -228,6 +228,7 @@ KernelFacts longKernel() {
   f.hasPtb = true;
   f.hasSliced = true;
   f.originalMicros = 10000;  // 10 ms: 100 µs per block and worker
+  f.originalTimed = 10;
   f.launchesSeen = 10;
   return f;
 }
@@ -235,12 +236,12 @@ KernelFacts longKernel() {
 TEST(ChooseLaunch, UnknownKernelsRunOriginalAndAreTimed) {
   KernelFacts f = longKernel();
   f.originalMicros.reset();
-  f.launchesSeen = 0;
+  f.originalTimed = 0;
   LaunchChoice c = chooseLaunch(f, ChoiceKnobs{});
   EXPECT_EQ(c.kind, VariantKind::kOriginal);
   EXPECT_TRUE(c.measure);
   f.originalMicros = 10000;
-  f.launchesSeen = 2;  // fewer than measureFirst
+  f.originalTimed = 2;  // fewer than measureFirst
   EXPECT_TRUE(chooseLaunch(f, ChoiceKnobs{}).measure);
 }
 
@@ -298,6 +299,43 @@ TEST(ChooseLaunch, SlicesWhenThereIsNoPtbAndNothingWhenTransformsAreOff) {
   EXPECT_EQ(chooseLaunch(longKernel(), k).kind, VariantKind::kOriginal);
   f.hasSliced = false;
   EXPECT_EQ(chooseLaunch(f, ChoiceKnobs{}).kind, VariantKind::kOriginal);
+}
+
+TEST(ChooseLaunch, AVariantIsTimedOnItsFirstLaunchesThenNowAndThen) {
+  KernelFacts f = longKernel();
+  ChoiceKnobs k;
+  LaunchChoice c = chooseLaunch(f, k);
+  ASSERT_EQ(c.kind, VariantKind::kPtb);
+  EXPECT_TRUE(c.measure);  // not timed yet
+  f.ptb = {12000.0, k.measureFirst};
+  f.launchesSeen = 11;
+  EXPECT_FALSE(chooseLaunch(f, k).measure);
+  f.launchesSeen = 2 * k.measureEvery;
+  EXPECT_TRUE(chooseLaunch(f, k).measure);
+}
+
+TEST(ChooseLaunch, AVariantThatDoesNotPayGivesWayToTheOtherThenToTheOriginal) {
+  KernelFacts f = longKernel();  // 10 ms: PTB while it pays
+  ChoiceKnobs k;
+  f.ptb = {10000.0 * 1.3, k.measureFirst};  // within the 1.4x the knob allows
+  EXPECT_EQ(chooseLaunch(f, k).kind, VariantKind::kPtb);
+  f.ptb = {10000.0 * 6, k.measureFirst - 1};  // slow, but not timed enough to tell
+  EXPECT_EQ(chooseLaunch(f, k).kind, VariantKind::kPtb);
+  f.ptb = {10000.0 * 6, k.measureFirst};  // PTB does not pay: slices instead
+  LaunchChoice c = chooseLaunch(f, k);
+  EXPECT_EQ(c.kind, VariantKind::kSliced);
+  EXPECT_TRUE(c.measure);  // the slices are not timed yet
+  f.sliced = {10000.0 * 3, k.measureFirst};  // neither pays: the original, timed now and then
+  c = chooseLaunch(f, k);
+  EXPECT_EQ(c.kind, VariantKind::kOriginal);
+  EXPECT_FALSE(c.measure);
+  f.launchesSeen = k.retryEvery - 1;  // now and then a variant gets another chance
+  c = chooseLaunch(f, k);
+  EXPECT_EQ(c.kind, VariantKind::kPtb);
+  EXPECT_TRUE(c.measure);
+  EXPECT_TRUE(variantPays(VariantRecord{}, 10000, k));
+  EXPECT_FALSE(variantPays(f.sliced, 10000, k));
+  EXPECT_TRUE(variantPays(f.sliced, 25000, k));  // against a slower original it pays
 }
 
 TEST(KernelProfiles, MeanPersistsAndBadFilesAreRefused) {
@@ -414,7 +452,7 @@ TEST(SimulatedDevice, RetreatedKernelsResumeAndFinishExactlyOnceInOrder) {
   facts.waveBlocks = facts.originalWaveBlocks = 1000;
   facts.hasSliced = facts.hasPtb = true;
   facts.originalMicros = 200000 / 1000 * 40.0;
-  facts.launchesSeen = 10;
+  facts.originalTimed = 10;
   ChoiceKnobs knobs;
   knobs.budgetMicros = 100;
   LaunchChoice c = chooseLaunch(facts, knobs);

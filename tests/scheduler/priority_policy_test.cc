@@ -100,13 +100,18 @@ class PriorityPolicyTest : public ::testing::Test {
   void elapse(Nanos d) {
     for (Nanos t = 0; t < d; t += 10 * kMicros) fake.sleepFor(10 * kMicros);
   }
-  // Durations the policy learned in an earlier run (its profiles file), ten samples each.
-  void knowDurations(const std::vector<std::pair<const Kernel*, double>>& micros) {
+  // Durations the policy learned in an earlier run (its profiles file), ten samples each; with
+  // `variantsToo`, its variants timed as fast as the original (they pay, and are not timed again
+  // on their next launches).
+  void knowDurations(const std::vector<std::pair<const Kernel*, double>>& micros, bool variantsToo = false) {
     char dir[] = "/tmp/tally-policy-test-XXXXXX";
     ASSERT_NE(mkdtemp(dir), nullptr);
     profiles = std::string(dir) + "/kernel-durations.tsv";
     std::ofstream out(profiles);
-    for (auto [k, us] : micros) out << k->shapeKey() << '\t' << us << "\t10\n";
+    for (auto [k, us] : micros) {
+      out << k->shapeKey() << '\t' << us << "\t10\n";
+      if (variantsToo) out << k->shapeKey() << "#ptb\t" << us << "\t10\n" << k->shapeKey() << "#sliced\t" << us << "\t10\n";
+    }
     config.profilesPath = profiles;
   }
   // A kernel with both variants, `micros` long, whose blocks are 2 to an SM.
@@ -428,6 +433,44 @@ TEST_F(PriorityPolicyTest, UnknownKernelsAreTimedFirstThenTransformed) {
   EXPECT_EQ(last().kind, LaunchKind::kPtbResumable);
 }
 
+TEST_F(PriorityPolicyTest, VariantsMuchSlowerThanTheOriginalGiveWayToIt) {
+  Kernel kernel = transformable(1, 1'000 * kMicros);  // 10 budgets: PTB while it pays
+  fake.setKernel(kernel.ptb, 8'000 * kMicros);        // as PTB it takes 8x as long
+  fake.setKernel(kernel.sliced, 4'000 * kMicros);     // as slices 4x
+  knowDurations({{&kernel, 1'000}});
+  start();
+  Tenant& be = tenant(2, false);
+  auto runOnce = [&](Nanos lasts) {
+    launch(be, kernel);
+    elapse(lasts + 100 * kMicros);  // done, and its timing read by the monitor
+  };
+  for (int i = 0; i < 3; ++i) {
+    runOnce(8'000 * kMicros);
+    EXPECT_EQ(last().kind, LaunchKind::kPtbResumable) << "launch " << i;
+  }
+  for (int i = 0; i < 3; ++i) {  // PTB did not pay: slices, timed as well
+    runOnce(4'000 * kMicros);
+    EXPECT_EQ(last().kind, LaunchKind::kSliceRange) << "launch " << i;
+  }
+  runOnce(1'000 * kMicros);  // neither pays
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+  EXPECT_EQ(last().function, kernel.original);
+  EXPECT_NE(policy->summary().find("2 variants that did not pay"), std::string::npos) << policy->summary();
+}
+
+TEST_F(PriorityPolicyTest, AVariantAsFastAsTheOriginalKeepsRunning) {
+  Kernel kernel = transformable(1, 1'000 * kMicros);  // every variant as fast as the original
+  knowDurations({{&kernel, 1'000}});
+  start();
+  Tenant& be = tenant(2, false);
+  for (int i = 0; i < 5; ++i) {
+    launch(be, kernel);
+    EXPECT_EQ(last().kind, LaunchKind::kPtbResumable) << "launch " << i;
+    elapse(1'100 * kMicros);
+  }
+  EXPECT_NE(policy->summary().find("0 variants that did not pay"), std::string::npos) << policy->summary();
+}
+
 TEST_F(PriorityPolicyTest, WithoutTransformsEverythingRunsAsTheOriginal) {
   config.transforms = false;
   Kernel longKernel = transformable(1, 10'000 * kMicros);
@@ -618,7 +661,7 @@ TEST_F(PriorityPolicyTest, StreamPrioritiesComeFromTheGpu) {
 
 TEST_F(PriorityPolicyTest, EndedTenantsGiveBackTheirLaneAndWordsOnceReleased) {
   Kernel longKernel = transformable(1, 10'000 * kMicros);
-  knowDurations({{&longKernel, 10'000}});
+  knowDurations({{&longKernel, 10'000}}, true);  // no timing events: only the ones in flight count
   start();
   Tenant& first = tenant(2, false);
   launch(first, longKernel);
