@@ -158,6 +158,14 @@ bool timeVariant(const VariantRecord& variant, const KernelFacts& f, const Choic
   return variant.timed < k.measureFirst || f.launchesSeen % k.measureEvery == 0;
 }
 
+// Whether a variant that did not pay is due another try: every retryEvery launches at first, the
+// interval doubling with each timing it got since its first measureFirst.
+bool retryDue(const VariantRecord& variant, const KernelFacts& f, const ChoiceKnobs& k) {
+  const uint64_t tries = variant.timed > k.measureFirst ? variant.timed - k.measureFirst : 0;
+  const uint64_t every = k.retryEvery << std::min<uint64_t>(tries, k.maxRetryDoublings);
+  return f.launchesSeen % every == every - 1;
+}
+
 }  // namespace
 
 LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
@@ -181,10 +189,11 @@ LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
     c.measure = timeOriginal;
     return c;  // short enough to wait for
   }
-  // A variant that did not pay gets one more chance now and then (the load may have changed).
-  const bool retry = f.launchesSeen % k.retryEvery == k.retryEvery - 1;
-  const bool ptbPays = variantPays(f.ptb, duration, k) || retry;
-  const bool slicedPays = variantPays(f.sliced, duration, k) || retry;
+  // A variant that did not pay gets another chance now and then (the load may have changed).
+  const bool ptbRetry = !variantPays(f.ptb, duration, k) && retryDue(f.ptb, f, k);
+  const bool slicedRetry = !variantPays(f.sliced, duration, k) && retryDue(f.sliced, f, k);
+  const bool ptbPays = variantPays(f.ptb, duration, k) || ptbRetry;
+  const bool slicedPays = variantPays(f.sliced, duration, k) || slicedRetry;
   const bool longEnoughForPtb = duration >= k.ptbMinBudgets * k.budgetMicros || !f.hasSliced || !slicedPays;
   if (f.hasPtb && ptbPays && f.waveBlocks > 0 && longEnoughForPtb) {
     // A worker runs one logical block in about duration / waves; a retreat waits for the
@@ -195,14 +204,14 @@ LaunchChoice chooseLaunch(const KernelFacts& f, const ChoiceKnobs& k) {
     c.kind = VariantKind::kPtb;
     c.workers = std::min(f.waveBlocks, f.blocks);
     c.chunk = static_cast<uint32_t>(std::clamp(fit, 1.0, double(k.maxChunk)));
-    c.measure = timeVariant(f.ptb, f, k) || retry;
+    c.measure = timeVariant(f.ptb, f, k) || ptbRetry;
     return c;
   }
   if (f.hasSliced && slicedPays) {
     c.kind = VariantKind::kSliced;
     uint64_t slices = static_cast<uint64_t>(std::ceil(duration / k.budgetMicros));
     c.slices = std::clamp<uint64_t>(slices, 2, std::min<uint64_t>(k.maxSlices, f.blocks));
-    c.measure = timeVariant(f.sliced, f, k) || retry;
+    c.measure = timeVariant(f.sliced, f, k) || slicedRetry;
     return c;
   }
   c.measure = timeOriginal;

@@ -175,10 +175,13 @@ struct ChoiceKnobs {
   // A variant whose timed launches take longer than this x the original's (both timed under
   // the same load, pauses for HP included) does not pay: the original runs instead. 1.4 lets a
   // variant cost BE at most ~30 % of its throughput, the share the isolation targets allow (BE
-  // >= 0.7 of alone). It is tried again once every `retryEvery` launches of the kernel, so a
-  // changed load can bring it back.
+  // >= 0.7 of alone). It is tried again after `retryEvery` launches of the kernel, so a changed
+  // load can bring it back, and after twice as many following each further try (at most
+  // 2^maxRetryDoublings times): a try of a variant that does not pay can cost BE dearly (a PTB
+  // launch paused behind every HP request).
   double maxVariantSlowdown = 1.4;
   uint64_t retryEvery = 1024;
+  unsigned maxRetryDoublings = 6;
 };
 
 // Picks the variant for a BE launch: the original when its blocks are tiny (it runs beside HP),

@@ -333,6 +333,12 @@ TEST(ChooseLaunch, AVariantThatDoesNotPayGivesWayToTheOtherThenToTheOriginal) {
   c = chooseLaunch(f, k);
   EXPECT_EQ(c.kind, VariantKind::kPtb);
   EXPECT_TRUE(c.measure);
+  f.ptb.timed = k.measureFirst + 2;  // two tries failed since: it waits 4x as long for the next
+  EXPECT_EQ(chooseLaunch(f, k).kind, VariantKind::kSliced);  // whose first retry is due now
+  f.sliced.timed = k.measureFirst + 2;
+  EXPECT_EQ(chooseLaunch(f, k).kind, VariantKind::kOriginal);
+  f.launchesSeen = 4 * k.retryEvery - 1;
+  EXPECT_EQ(chooseLaunch(f, k).kind, VariantKind::kPtb);
   EXPECT_TRUE(variantPays(VariantRecord{}, 10000, k));
   EXPECT_FALSE(variantPays(f.sliced, 10000, k));
   EXPECT_TRUE(variantPays(f.sliced, 25000, k));  // against a slower original it pays
