@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace tally::server::scheduler {
@@ -74,15 +75,23 @@ void PartitionController::observeHpWait(double micros) {
     probing_ = false;
     probeEvery_ = knobs_.probeEvery;
     window_.clear();
+    overTarget_ = 0;
     moveTo(knobs_.levels);
   }
   if (!probing_) ++sinceProbe_;
+  const bool over = micros > targetFor(level_);
   if (settling_ > 0) {
     --settling_;
-    return;
+    // Work placed before a probe ran with the larger reserve, which met the target: a wait over
+    // it now is the probe's doing, and counts against it at once.
+    if (!probing_ || !over) return;
   }
   window_.push_back(micros);
-  if (window_.size() >= knobs_.window) finishWindow();
+  // The window's p99 is its ceil(1 %)-th largest wait: once that many waits are over the target
+  // the window has missed it, whatever the rest would be. Deciding then makes a failed probe cost
+  // HP a few waits instead of a whole window (and a settled level that starts to miss, too).
+  if (over) ++overTarget_;
+  if (window_.size() >= knobs_.window || overTarget_ >= knobs_.window - knobs_.window * 99 / 100) finishWindow();
 }
 
 void PartitionController::observeHpAloneWait(double micros) {
@@ -105,14 +114,19 @@ void PartitionController::backUp() {
   moveTo(level_ + 1);
 }
 
-bool PartitionController::meetsTarget(size_t level, double tail) const {
+double PartitionController::targetFor(size_t level) const {
+  constexpr double kAlwaysMet = std::numeric_limits<double>::infinity();
+  constexpr double kNeverMet = -kAlwaysMet;
   if (knobs_.budget.set()) {
     const double budget = budgetMicros();
-    return budget > 0 ? tail <= budget : level == knobs_.levels;  // HP alone unknown: stay safe
+    if (budget > 0) return budget;
+    return level == knobs_.levels ? kAlwaysMet : kNeverMet;  // HP alone unknown: stay safe
   }
-  if (level == knobs_.levels) return true;  // nothing safer to compare with
-  return p99At_[level + 1] > 0 && tail <= knobs_.tolerance * p99At_[level + 1];
+  if (level == knobs_.levels) return kAlwaysMet;  // nothing safer to compare with
+  return p99At_[level + 1] > 0 ? knobs_.tolerance * p99At_[level + 1] : kNeverMet;
 }
+
+bool PartitionController::meetsTarget(size_t level, double tail) const { return tail <= targetFor(level); }
 
 void PartitionController::moveTo(size_t level) {
   if (level != level_) settling_ = knobs_.window / 2;
@@ -123,6 +137,7 @@ void PartitionController::moveTo(size_t level) {
 void PartitionController::finishWindow() {
   const double tail = p99(window_);
   window_.clear();
+  overTarget_ = 0;
   p99At_[level_] = tail;
   const bool met = meetsTarget(level_, tail);
   if (probing_) {

@@ -76,7 +76,9 @@ std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& 
 // - The target is the budget when one is set, else HP's p99 at the level above times
 //   `tolerance` (as well served). A budget relative to HP alone holds the strongest level until
 //   HP's p99 alone is known.
-// - A settled window that misses the target moves one level up at once.
+// - A settled window that misses the target moves one level up at once; a window has missed as
+//   soon as more of its waits are over the target than its p99 allows (2 of 200), so a failed
+//   probe costs HP a few slow waits rather than a whole window.
 // - Every move up doubles the wait before the next probe; the first half window after any move
 //   is not measured (work placed before it still runs where it was).
 // - HP seen alone ends the pair: the next one starts at the strongest level again.
@@ -108,6 +110,8 @@ class PartitionController {
 
  private:
   static double p99(std::vector<double>& samples);
+  // The p99 a window at `level` must stay within (infinite: always met; -infinite: never).
+  double targetFor(size_t level) const;
   bool meetsTarget(size_t level, double tail) const;
   void finishWindow();
   void moveTo(size_t level);
@@ -121,6 +125,7 @@ class PartitionController {
   size_t settling_ = 0;    // waits right after a move, not measured: work placed before it still runs
   bool pairEnded_ = false;  // HP was seen alone since the last wait with BE active
   std::vector<double> window_;
+  size_t overTarget_ = 0;  // waits of window_ over the level's target
   std::vector<double> aloneWindow_;
   double aloneP99_ = 0;
   std::vector<double> p99At_;
