@@ -15,6 +15,11 @@
 # Exit: 0 every measure of every mode produced results; 1 something failed (the JSON is still
 # written); 2 usage; 77 no GPU visible or no CUDA-enabled torch (nothing run).
 #
+# Modes: native, uds, tcp, and delay<N> (a remote client: over TCP through
+# bench/netdelay/delay_proxy on 127.0.0.1, which holds every byte N µs each way; delay0 is the
+# proxy's own cost). With client statistics, each result says how many messages and round trips
+# one step or request cost (a remote request should pay only its own synchronizing calls).
+#
 # Environment: TORCH_BENCH_MODES ["native uds tcp"], TORCH_BENCH_PYTHON [python3],
 #   TORCH_BENCH_TALLYD_ARGS (extra tallyd options, e.g. "--policy priority"),
 #   TORCH_BENCH_NO_HIDE=1 (debugging: clients see the GPU), TORCH_BENCH_CONFIG_TIMEOUT_S [300]
@@ -36,6 +41,8 @@ CLIENT_LIB=$BUILD/client/libtally_client.so
 PY=${TORCH_BENCH_PYTHON:-python3}
 MODES=${TORCH_BENCH_MODES:-native uds tcp}
 CONFIG_TIMEOUT=${TORCH_BENCH_CONFIG_TIMEOUT_S:-300}
+PROXY=$BUILD/bench/netdelay/delay_proxy
+PROXY_PID=""
 
 reason=$(tl_gpu_skip_reason)
 [[ -z $reason ]] || { echo "run.sh: SKIP: no GPU visible ($reason)"; exit 77; }
@@ -46,6 +53,10 @@ for m in $MODES; do
     native) ;;
     uds | tcp)
       [[ -x $TALLYD && -f $CLIENT_LIB ]] || { echo "run.sh: $TALLYD or $CLIENT_LIB not built" >&2; exit 2; } ;;
+    delay[0-9]*)
+      [[ $m =~ ^delay[0-9]+$ ]] || { echo "run.sh: mode '$m': expected delay<µs>" >&2; exit 2; }
+      [[ -x $TALLYD && -f $CLIENT_LIB && -x $PROXY ]] ||
+        { echo "run.sh: $TALLYD, $CLIENT_LIB or $PROXY not built" >&2; exit 2; } ;;
     *) echo "run.sh: unknown mode '$m' in TORCH_BENCH_MODES" >&2; exit 2 ;;
   esac
 done
@@ -58,8 +69,24 @@ TALLYD_LOG=$OUT/tallyd.log
 : >"$TALLYD_LOG"
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {
+  stop_proxy
   tl_stop_tallyd
   rm -rf "$TMPD"
+}
+# A delay proxy in front of tallyd's TCP port for mode delay<N>; PROXY_PORT is where clients go.
+start_proxy() {  # delay_us
+  PROXY_PORT=$(tl_free_port) || return 1
+  "$PROXY" "$PROXY_PORT" 127.0.0.1 "$TL_PORT" "$1" >"$TMPD/proxy.out" 2>&1 &
+  PROXY_PID=$!
+  for _ in $(seq 50); do grep -q listening "$TMPD/proxy.out" 2>/dev/null && return 0; sleep 0.1; done
+  echo "run.sh: the delay proxy did not start: $(tail -n 2 "$TMPD/proxy.out")" >&2
+  return 1
+}
+stop_proxy() {
+  [[ -n $PROXY_PID ]] || return 0
+  kill "$PROXY_PID" 2>/dev/null
+  wait "$PROXY_PID" 2>/dev/null
+  PROXY_PID=""
 }
 trap cleanup EXIT
 trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
@@ -87,6 +114,10 @@ for mode in $MODES; do
       { echo "run.sh: tallyd did not start; mode $mode not run" >&2; failed=1; continue; }
     url="unix:$SOCK"
     [[ $mode == tcp ]] && url="tcp://127.0.0.1:$TL_PORT"
+    if [[ $mode == delay* ]]; then
+      start_proxy "${mode#delay}" || { failed=1; continue; }
+      url="tcp://127.0.0.1:$PROXY_PORT"
+    fi
     tl_client_env "$CLIENT_LIB" "$url" "torch-bench-$mode" best-effort "$TMPD/libcuda"
     cmd=()
     [[ $TL_HIDE -eq 1 ]] && cmd=(unshare -m bash -c "$TL_HIDE_SCRIPT" bash "$TL_OLDDEV")
@@ -102,6 +133,7 @@ for mode in $MODES; do
     failed=1
     echo "run.sh: mode $mode exited $rc$([[ $rc -eq 124 ]] && echo " (timed out after ${CONFIG_TIMEOUT}s)")" >&2
   fi
+  stop_proxy
   [[ -f $out ]] || { echo "run.sh: mode $mode wrote no results" >&2; failed=1; }
 done
 tl_stop_tallyd
