@@ -76,6 +76,7 @@ void PartitionController::observeHpWait(double micros) {
     probeEvery_ = knobs_.probeEvery;
     window_.clear();
     overTarget_ = 0;
+    jumpTo_ = remembered_;
     moveTo(knobs_.levels);
   }
   if (!probing_) ++sinceProbe_;
@@ -107,11 +108,27 @@ double PartitionController::budgetMicros() const {
   return knobs_.budget.factor * aloneP99_;
 }
 
-// A level that hurts HP: one up, and probe less often while probes keep hurting (a probe that
+// A level that hurts HP: up to `to`, and probe less often while probes keep hurting (a probe that
 // passed and then failed its first settled window counts as one that hurt).
-void PartitionController::backUp() {
+void PartitionController::backUp(size_t to) {
   probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
-  moveTo(level_ + 1);
+  moveTo(to);
+}
+
+void PartitionController::rememberLevel(size_t level) {
+  if (level > knobs_.levels) return;  // from another configuration
+  remembered_ = jumpTo_ = level;
+}
+
+// One level down, or for the pair's first probe straight to the remembered level.
+void PartitionController::startProbe() {
+  size_t to = level_ - 1;
+  if (jumpTo_ && *jumpTo_ < to) to = *jumpTo_;
+  jumpTo_.reset();
+  probeFrom_ = level_;
+  moveTo(to);
+  probing_ = true;
+  ++probes_;
 }
 
 double PartitionController::targetFor(size_t level) const {
@@ -145,20 +162,18 @@ void PartitionController::finishWindow() {
     if (met) {
       moveTo(level_);  // the smaller reserve serves: kept
     } else {
-      backUp();
+      backUp(probeFrom_);
     }
     return;
   }
   if (!met && level_ < knobs_.levels) {
-    backUp();
+    backUp(level_ + 1);
     return;
   }
+  if (met) settled_ = level_;
   const bool budgetUnknown = knobs_.budget.set() && budgetMicros() <= 0;  // nothing to judge a probe by
-  if (met && level_ > 0 && sinceProbe_ >= probeEvery_ && !budgetUnknown) {
-    moveTo(level_ - 1);
-    probing_ = true;
-    ++probes_;
-  }
+  const bool jumpDue = jumpTo_ && *jumpTo_ < level_;  // after one window that met the target
+  if (met && level_ > 0 && (sinceProbe_ >= probeEvery_ || jumpDue) && !budgetUnknown) startProbe();
 }
 
 bool variantPays(const VariantRecord& variant, double originalMicros, const ChoiceKnobs& knobs) {
@@ -238,6 +253,12 @@ void KernelProfiles::record(const std::string& key, double micros) {
   // The first samples set the mean; later ones move it slowly (one noisy run changes little).
   double weight = e.samples < 4 ? 1.0 / double(e.samples + 1) : 0.2;
   e.micros = e.samples == 0 ? micros : e.micros + weight * (micros - e.micros);
+  ++e.samples;
+}
+
+void KernelProfiles::set(const std::string& key, double value) {
+  Entry& e = entries_[key];
+  e.micros = value;
   ++e.samples;
 }
 

@@ -82,6 +82,9 @@ std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& 
 // - Every move up doubles the wait before the next probe; the first half window after any move
 //   is not measured (work placed before it still runs where it was).
 // - HP seen alone ends the pair: the next one starts at the strongest level again.
+// - A level remembered from before (rememberLevel: where an earlier pair settled, kept across
+//   restarts) is where the first probe of each pair goes, straight from the strongest level once
+//   one window there met the target; if it fails, the walk goes on from the strongest level.
 // CUDA-free, one caller at a time (the policy's lock).
 class PartitionController {
  public:
@@ -100,6 +103,10 @@ class PartitionController {
   // A wait with no BE work active: what a budget relative to HP alone is relative to.
   void observeHpAloneWait(double micros);
   void setAloneP99(double micros) { aloneP99_ = micros; }  // learned before (kept across restarts)
+  void rememberLevel(size_t level);
+  // The level of the last window, not a probe, that met its target (nullopt: none yet): what to
+  // remember for the next pair.
+  std::optional<size_t> settledLevel() const { return settled_; }
   double aloneP99() const { return aloneP99_; }              // 0: not known yet
   double budgetMicros() const;                               // 0: none, or not known yet
   size_t level() const { return level_; }  // 0: share every SM
@@ -115,11 +122,16 @@ class PartitionController {
   bool meetsTarget(size_t level, double tail) const;
   void finishWindow();
   void moveTo(size_t level);
-  void backUp();
+  void backUp(size_t to);
+  void startProbe();
 
   Knobs knobs_;
   size_t level_;
   bool probing_ = false;  // level_ is on trial for one window
+  size_t probeFrom_ = 0;  // where a failed probe goes back to
+  std::optional<size_t> remembered_;  // rememberLevel's
+  std::optional<size_t> jumpTo_;      // where this pair's first probe goes
+  std::optional<size_t> settled_;
   size_t probeEvery_;
   size_t sinceProbe_ = 0;  // waits at level_ since it was reached
   size_t settling_ = 0;    // waits right after a move, not measured: work placed before it still runs
@@ -205,6 +217,7 @@ bool variantPays(const VariantRecord& variant, double originalMicros, const Choi
 class KernelProfiles {
  public:
   void record(const std::string& key, double micros);
+  void set(const std::string& key, double value);  // a value that is replaced, not averaged
   std::optional<double> micros(const std::string& key) const;
   uint64_t samples(const std::string& key) const;
   bool load(const std::string& path, std::string& error);

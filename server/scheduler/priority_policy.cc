@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace tally::server::scheduler {
@@ -147,6 +148,9 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
     knobs.budget = config_.hpP99Budget;
     s->controller = PartitionController(knobs);
     if (auto alone = profiles_.micros(aloneKey(g))) s->controller.setAloneP99(*alone);
+    if (auto level = profiles_.micros(settledLevelKey(g)); level && *level >= 0) {
+      s->controller.rememberLevel(static_cast<size_t>(std::lround(*level)));
+    }
     s->level = static_cast<uint8_t>(knobs.levels);
     for (size_t level = 1; level <= knobs.levels; ++level) {
       spdlog::info("scheduler on GPU {}: SM partition level {}: {} of {} while both classes are active", ordinal,
@@ -199,9 +203,11 @@ void PriorityPolicy::observeHpWait(gpu::Gpu& g, double micros) {
     return;
   }
   const size_t before = s->controller.level();
+  const std::optional<size_t> settled = s->controller.settledLevel();
   s->controller.observeHpWait(micros);
   const size_t after = s->controller.level();
   s->level.store(static_cast<uint8_t>(after), std::memory_order_relaxed);
+  if (auto now = s->controller.settledLevel(); now && now != settled) profiles_.set(settledLevelKey(g), double(*now));
   if (before != after) {
     spdlog::info("scheduler on GPU {}: HP p99 {:.0f} µs at {}; now {}", launcher_.ordinal(&g),
                  s->controller.p99At(before), levelName(g, before), levelName(g, after));
@@ -220,6 +226,17 @@ unsigned PriorityPolicy::smsKeptFromBestEffort(gpu::Gpu& g) {
 // HP's p99 wait with no BE work active on `g`, kept with the learned kernel durations.
 std::string PriorityPolicy::aloneKey(gpu::Gpu& g) {
   return "gpu" + std::to_string(launcher_.ordinal(&g)) + "/hp-alone-wait-p99";
+}
+
+// Per GPU, reserve ladder and budget: a level means nothing under another ladder, and the level
+// that meets one budget is not the one that meets another.
+std::string PriorityPolicy::settledLevelKey(gpu::Gpu& g) {
+  std::string key = "gpu" + std::to_string(launcher_.ordinal(&g)) + "/settled-level/";
+  for (const gpu::SmReserve& r : config_.smPartition->reserves) {
+    key += std::to_string(r.size) + (config_.smPartition->percent ? "%" : "") + (r.overlap ? "o" : "") + ",";
+  }
+  const HpP99Budget& b = config_.hpP99Budget;
+  return key + (b.micros > 0 ? fmt::format("{:g}us", b.micros) : b.factor > 0 ? fmt::format("{:g}x", b.factor) : "as-well");
 }
 
 std::string PriorityPolicy::levelName(gpu::Gpu& g, size_t level) {

@@ -126,6 +126,7 @@ class PriorityPolicy final : public Policy {
   bool beWorkIsolated(gpu::Gpu& g);
   std::string levelName(gpu::Gpu& g, size_t level);  // "every SM shared", "HP 40 SMs / BE 92"
   std::string aloneKey(gpu::Gpu& g);
+  std::string settledLevelKey(gpu::Gpu& g);  // where the last pair settled, kept in profiles_
   // Whether anything waits for HP to go idle (the gate, PTB retreats): else HP work is not marked.
   bool tracksHpActivity() const { return config_.gate || config_.transforms; }
   bool controlsPartitions() const { return config_.partitionControl || config_.hpP99Budget.set(); }

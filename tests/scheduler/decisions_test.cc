@@ -217,6 +217,43 @@ TEST(PartitionController, ANewPairStartsAtTheLargestReserve) {
   EXPECT_EQ(c.level(), 1u);
 }
 
+// Where an earlier pair settled is the first probe's destination, straight from the strongest
+// level after one window there met the target.
+TEST(PartitionController, TheFirstProbeOfAPairGoesToTheRememberedLevel) {
+  PartitionController::Knobs k = smallKnobs();
+  k.levels = 3;
+  k.budget.micros = 5000;
+  PartitionController c(k);
+  c.rememberLevel(1);
+  feed(c, 99, 300);
+  EXPECT_EQ(c.level(), 3u);
+  c.observeHpWait(300);  // one window met the budget: the jump
+  EXPECT_EQ(c.level(), 1u);
+  measured(c, 100, 300);  // the probe passes
+  EXPECT_EQ(c.level(), 1u);
+  EXPECT_EQ(c.settledLevel(), 3u) << "no window at level 1 has met it outside a probe yet";
+  feed(c, 100, 300);
+  EXPECT_EQ(c.settledLevel(), 1u);
+  EXPECT_EQ(c.probes(), 1u);
+}
+
+TEST(PartitionController, AFailedJumpGoesBackWhereItCameFromAndWalksOn) {
+  PartitionController::Knobs k = smallKnobs();
+  k.levels = 3;
+  k.budget.micros = 5000;
+  PartitionController c(k);
+  c.rememberLevel(0);
+  feed(c, 100, 300);
+  ASSERT_EQ(c.level(), 0u);
+  feed(c, 10, 300);
+  c.observeHpWait(9000);  // the jump fails (a window of 100: one wait over decides)
+  EXPECT_EQ(c.level(), 3u) << "back to the strongest level, not to the one above the jump";
+  feed(c, 50 + 600, 300);  // the walk goes on one level at a time, after twice the wait
+  EXPECT_EQ(c.level(), 2u);
+  c.rememberLevel(7);  // from a ladder with more levels: ignored
+  EXPECT_EQ(c.level(), 2u);
+}
+
 TEST(HpP99Budget, Parses) {
   std::string error;
   EXPECT_EQ(parseHpP99Budget("600us", error)->micros, 600);

@@ -641,6 +641,25 @@ TEST_F(PriorityPolicyTest, ARelativeBudgetIsRelativeToHpAloneLearnedAndKept) {
   EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "HP alone known from the last run";
 }
 
+TEST_F(PriorityPolicyTest, TheLevelAPairSettledOnIsWhereTheNextStartProbesFirst) {
+  knowDurations({});
+  config.smPartition = spec({24, 40, 64}, false);
+  config.hpP99Budget.micros = 1000;
+  start();
+  ASSERT_EQ(bothActive(), gpu::Placement::hp(2));
+  for (int i = 0; i < 3000; ++i) {  // within the budget everywhere: walks down to sharing every SM
+    bothActive();
+    policy->observeHpWait(*g, 500);
+  }
+  ASSERT_EQ(bothActive(), gpu::Placement::wholeGpu());
+
+  policy.reset();  // keeps the level it settled on
+  start();
+  ASSERT_EQ(bothActive(), gpu::Placement::hp(2)) << "a new start is on the safe side";
+  hpWaits(200, 500);
+  EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "one window later: straight to the level kept";
+}
+
 TEST_F(PriorityPolicyTest, HpWaitsWithoutBestEffortTeachTheControllerNothing) {
   config.smPartition = spec({40}, false);
   config.partitionControl = true;
