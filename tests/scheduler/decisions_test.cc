@@ -217,14 +217,20 @@ TEST(PartitionController, ANewPairStartsAtTheLargestReserve) {
   EXPECT_EQ(c.level(), 1u);
 }
 
-// Where an earlier pair settled is the first probe's destination, straight from the strongest
-// level after one window there met the target.
-TEST(PartitionController, TheFirstProbeOfAPairGoesToTheRememberedLevel) {
+// Three levels, a 5 ms budget, and where an earlier pair settled.
+PartitionController rememberingController(size_t remembered) {
   PartitionController::Knobs k = smallKnobs();
   k.levels = 3;
   k.budget.micros = 5000;
   PartitionController c(k);
-  c.rememberLevel(1);
+  c.rememberLevel(remembered);
+  return c;
+}
+
+// Where an earlier pair settled is the first probe's destination, straight from the strongest
+// level after one window there met the target.
+TEST(PartitionController, TheFirstProbeOfAPairGoesToTheRememberedLevel) {
+  PartitionController c = rememberingController(1);
   feed(c, 99, 300);
   EXPECT_EQ(c.level(), 3u);
   c.observeHpWait(300);  // one window met the budget: the jump
@@ -238,11 +244,7 @@ TEST(PartitionController, TheFirstProbeOfAPairGoesToTheRememberedLevel) {
 }
 
 TEST(PartitionController, AFailedJumpGoesBackWhereItCameFromAndWalksOn) {
-  PartitionController::Knobs k = smallKnobs();
-  k.levels = 3;
-  k.budget.micros = 5000;
-  PartitionController c(k);
-  c.rememberLevel(0);
+  PartitionController c = rememberingController(0);
   feed(c, 100, 300);
   ASSERT_EQ(c.level(), 0u);
   feed(c, 10, 300);
