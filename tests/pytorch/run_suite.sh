@@ -45,7 +45,8 @@ DEFAULT_TIMEOUT=${PYTORCH_SUITE_TIMEOUT:-300}
 
 # Keep in sync with the files in cases/ (checked below).
 ALL_CASES=(tensor_ops matmul conv_bn_pool lstm train_cnn train_transformer resnet50 bert_base
-           gpt2_generate cuda_graph torch_compile multiprocessing_ipc alloc_expandable alloc_cuda_malloc_async)
+           gpt2_generate llama_bf16 cuda_graph torch_compile multiprocessing_ipc alloc_expandable
+           alloc_cuda_malloc_async)
 HELPERS=(suite_common alloc_workload)
 
 skip() {
