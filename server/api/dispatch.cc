@@ -148,11 +148,12 @@ void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_p
   scheduler::Policy* learner =
       ctx.tenant().priority() == session::PriorityClass::kHigh ? ctx.services().policy : nullptr;
   CUresult r = afterStream(ctx, g, stream,
-                           [reply, keepalive, started, waits = ctx.tenant().counters().syncWaits, learner, &g](CUresult status) {
+                           [reply, keepalive, started, waits = ctx.tenant().counters().syncWaits, learner, &g,
+                            tenant = ctx.tenant().id()](CUresult status) {
     double micros = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count();
     waits->record(micros);
     reply(status, {});
-    if (learner != nullptr && status == CUDA_SUCCESS) learner->observeHpWait(g, micros);  // after the reply: off HP's path
+    if (learner != nullptr && status == CUDA_SUCCESS) learner->observeHpWait(g, tenant, micros);  // off HP's path
   });
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }

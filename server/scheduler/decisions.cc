@@ -62,14 +62,14 @@ std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& 
 PartitionController::PartitionController(Knobs knobs)
     : knobs_(knobs), level_(knobs.levels), probeEvery_(knobs.probeEvery), p99At_(knobs.levels + 1, 0.0) {}
 
-double PartitionController::p99(std::vector<double>& samples) {
+double p99Of(std::vector<double>& samples) {
   size_t k = (samples.size() * 99) / 100;
   if (k >= samples.size()) k = samples.size() - 1;
   std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k), samples.end());
   return samples[k];
 }
 
-void PartitionController::observeHpWait(double micros) {
+void PartitionController::observeHpWait(double micros, double tenantAloneP99) {
   if (pairEnded_) {  // a new pair (or the old one back after a pause): from the safe side again
     pairEnded_ = false;
     probing_ = false;
@@ -80,7 +80,7 @@ void PartitionController::observeHpWait(double micros) {
     moveTo(knobs_.levels);
   }
   if (!probing_) ++sinceProbe_;
-  const bool over = micros > targetFor(level_);
+  const bool over = micros > targetFor(level_, tenantAloneP99);
   if (settling_ > 0) {
     --settling_;
     // Work placed before a probe ran with the larger reserve, which met the target: a wait over
@@ -88,18 +88,18 @@ void PartitionController::observeHpWait(double micros) {
     if (!probing_ || !over) return;
   }
   window_.push_back(micros);
-  // The window's p99 is its ceil(1 %)-th largest wait: once that many waits are over the target
-  // the window has missed it, whatever the rest would be. Deciding then makes a failed probe cost
-  // HP a few waits instead of a whole window (and a settled level that starts to miss, too).
+  // Once more waits are over their bound than the window's p99 allows, the window has missed,
+  // whatever the rest would be. Deciding then makes a failed probe cost HP a few waits instead of
+  // a whole window (and a settled level that starts to miss, too).
   if (over) ++overTarget_;
-  if (window_.size() >= knobs_.window || overTarget_ >= knobs_.window - knobs_.window * 99 / 100) finishWindow();
+  if (window_.size() >= knobs_.window || overTarget_ >= overAllowed()) finishWindow();
 }
 
 void PartitionController::observeHpAloneWait(double micros) {
   pairEnded_ = true;
   aloneWindow_.push_back(micros);
   if (aloneWindow_.size() < knobs_.window) return;
-  aloneP99_ = p99(aloneWindow_);
+  aloneP99_ = p99Of(aloneWindow_);
   aloneWindow_.clear();
 }
 
@@ -131,19 +131,18 @@ void PartitionController::startProbe() {
   ++probes_;
 }
 
-double PartitionController::targetFor(size_t level) const {
+double PartitionController::targetFor(size_t level, double tenantAloneP99) const {
   constexpr double kAlwaysMet = std::numeric_limits<double>::infinity();
   constexpr double kNeverMet = -kAlwaysMet;
   if (knobs_.budget.set()) {
-    const double budget = budgetMicros();
+    const double budget = knobs_.budget.factor > 0 && tenantAloneP99 > 0 ? knobs_.budget.factor * tenantAloneP99
+                                                                         : budgetMicros();
     if (budget > 0) return budget;
     return level == knobs_.levels ? kAlwaysMet : kNeverMet;  // HP alone unknown: stay safe
   }
   if (level == knobs_.levels) return kAlwaysMet;  // nothing safer to compare with
   return p99At_[level + 1] > 0 ? knobs_.tolerance * p99At_[level + 1] : kNeverMet;
 }
-
-bool PartitionController::meetsTarget(size_t level, double tail) const { return tail <= targetFor(level); }
 
 void PartitionController::moveTo(size_t level) {
   if (level != level_) settling_ = knobs_.window / 2;
@@ -152,11 +151,10 @@ void PartitionController::moveTo(size_t level) {
 }
 
 void PartitionController::finishWindow() {
-  const double tail = p99(window_);
+  p99At_[level_] = p99Of(window_);
   window_.clear();
+  const bool met = overTarget_ < overAllowed();
   overTarget_ = 0;
-  p99At_[level_] = tail;
-  const bool met = meetsTarget(level_, tail);
   if (probing_) {
     probing_ = false;
     if (met) {

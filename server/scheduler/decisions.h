@@ -66,6 +66,9 @@ struct HpP99Budget {
 // "off" or "" (none), "<µs>us" or "<factor>x" (factor >= 1); nullopt with `error` otherwise.
 std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& error);
 
+// The 99th percentile of `samples` (not empty; reordered): the ceil(1 %)-th largest.
+double p99Of(std::vector<double>& samples);
+
 // Which partition level serves the pair of tenants at hand, learned online from HP's
 // synchronizing waits while BE is active. Level 0 shares every SM; level i (1..levels) is the
 // i-th reserve of SmPartitionSpec, a stronger one bounding what HP waits for behind BE blocks at
@@ -75,7 +78,8 @@ std::optional<HpP99Budget> parseHpP99Budget(std::string_view text, std::string& 
 //   `window` waits and keeps it if HP's p99 there meets the target, else goes back.
 // - The target is the budget when one is set, else HP's p99 at the level above times
 //   `tolerance` (as well served). A budget relative to HP alone holds the strongest level until
-//   HP's p99 alone is known.
+//   HP's p99 alone is known, and judges each wait by its own tenant's p99 alone once that is
+//   known: a window meets it while at most 1 % of its waits are over their bound.
 // - A settled window that misses the target moves one level up at once; a window has missed as
 //   soon as more of its waits are over the target than its p99 allows (2 of 200), so a failed
 //   probe costs HP a few slow waits rather than a whole window.
@@ -98,8 +102,11 @@ class PartitionController {
   };
   PartitionController() : PartitionController(Knobs{}) {}
   explicit PartitionController(Knobs knobs);
-  // An HP tenant's synchronizing wait of `micros`, while BE was active.
-  void observeHpWait(double micros);
+  // An HP tenant's synchronizing wait of `micros`, while BE was active. `tenantAloneP99`: that
+  // tenant's own p99 with no BE active, when known (0: not known). A budget relative to HP alone
+  // judges the wait against it, so a tenant of short requests is not measured by the tail of
+  // another's long ones; without it, against the GPU's (aloneP99()).
+  void observeHpWait(double micros, double tenantAloneP99 = 0);
   // A wait with no BE work active: what a budget relative to HP alone is relative to.
   void observeHpAloneWait(double micros);
   void setAloneP99(double micros) { aloneP99_ = micros; }  // learned before (kept across restarts)
@@ -116,10 +123,10 @@ class PartitionController {
   double p99At(size_t level) const { return p99At_.at(level); }
 
  private:
-  static double p99(std::vector<double>& samples);
-  // The p99 a window at `level` must stay within (infinite: always met; -infinite: never).
-  double targetFor(size_t level) const;
-  bool meetsTarget(size_t level, double tail) const;
+  // The bound a wait at `level` is judged by (infinite: always met; -infinite: never): the
+  // window meets its target while at most 1 % of its waits are over theirs.
+  double targetFor(size_t level, double tenantAloneP99) const;
+  size_t overAllowed() const { return knobs_.window - knobs_.window * 99 / 100; }
   void finishWindow();
   void moveTo(size_t level);
   void backUp(size_t to);
@@ -137,7 +144,7 @@ class PartitionController {
   size_t settling_ = 0;    // waits right after a move, not measured: work placed before it still runs
   bool pairEnded_ = false;  // HP was seen alone since the last wait with BE active
   std::vector<double> window_;
-  size_t overTarget_ = 0;  // waits of window_ over the level's target
+  size_t overTarget_ = 0;  // waits of window_ over their target
   std::vector<double> aloneWindow_;
   double aloneP99_ = 0;
   std::vector<double> p99At_;

@@ -11,7 +11,7 @@ class PassthroughPolicy final : public Policy {
   const char* name() const override { return "passthrough"; }
   std::optional<int> streamPriority(bool, const gpu::Gpu&) const override { return std::nullopt; }
   gpu::Placement placement(bool, gpu::Gpu&) override { return gpu::Placement::wholeGpu(); }
-  void observeHpWait(gpu::Gpu&, double) override {}
+  void observeHpWait(gpu::Gpu&, uint64_t, double) override {}
   unsigned smsKeptFromBestEffort(gpu::Gpu&) override { return 0; }
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override {

@@ -129,9 +129,9 @@ class Policy {
   // Where a tenant of this class queues its next work on `g` (the whole GPU, or an SM
   // partition when the GPU has them). Asked before every call that queues stream work.
   virtual gpu::Placement placement(bool highPriority, gpu::Gpu& g) = 0;
-  // A high-priority tenant's synchronizing wait on `g` took `micros` (what the policy can learn
-  // HP's latency from).
-  virtual void observeHpWait(gpu::Gpu& g, double micros) = 0;
+  // High-priority tenant `tenant`'s synchronizing wait on `g` took `micros` (what the policy can
+  // learn HP's latency from).
+  virtual void observeHpWait(gpu::Gpu& g, uint64_t tenant, double micros) = 0;
   // The SMs of `g` best-effort work is kept off right now (0: it may use every SM): what an SM
   // reserve costs it, for the metrics.
   virtual unsigned smsKeptFromBestEffort(gpu::Gpu& g) = 0;

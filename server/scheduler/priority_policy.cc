@@ -21,6 +21,7 @@ constexpr size_t kMaxInFlight = 2;  // BE kernels of one tenant on the GPU at on
 constexpr Nanos kMaxInFlightWait = 1'000'000;  // ... unless they take longer than this
 constexpr unsigned kPtbResumes = 4;  // retreats a PTB launch honours before it runs to the end
 constexpr Nanos kSaveProfilesEvery = 30'000'000'000;
+constexpr size_t kAloneWindow = 200;  // an HP tenant's waits alone per p99 (as the controller's window)
 
 std::string shapeKey(const KernelLaunch& k) {
   const auto& s = k.shape;
@@ -74,6 +75,13 @@ void MappedWords::give(int word) {
 }
 
 // ---- the policy --------------------------------------------------------------------------------
+
+void PriorityPolicy::AloneTail::observe(double micros, size_t window) {
+  waits.push_back(micros);
+  if (waits.size() < window) return;
+  p99 = p99Of(waits);
+  waits.clear();
+}
 
 PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gpu*>& gpus, Launcher& launcher,
                                Clock& clock, std::string& error, bool monitorThread)
@@ -192,19 +200,21 @@ bool PriorityPolicy::beWorkIsolated(gpu::Gpu& g) {
          s->split->split(clock_.now());
 }
 
-void PriorityPolicy::observeHpWait(gpu::Gpu& g, double micros) {
+void PriorityPolicy::observeHpWait(gpu::Gpu& g, uint64_t tenant, double micros) {
   GpuState* s = stateFor(g);
   if (s == nullptr || !s->split || !controlsPartitions()) return;
   std::lock_guard lock(mutex_);
+  AloneTail& own = s->hpAlone[tenant];
   if (!s->split->split(clock_.now())) {  // HP alone: what a relative budget is relative to
     const double known = s->controller.aloneP99();
     s->controller.observeHpAloneWait(micros);
     if (s->controller.aloneP99() != known) profiles_.record(aloneKey(g), s->controller.aloneP99());
+    own.observe(micros, kAloneWindow);
     return;
   }
   const size_t before = s->controller.level();
   const std::optional<size_t> settled = s->controller.settledLevel();
-  s->controller.observeHpWait(micros);
+  s->controller.observeHpWait(micros, own.p99);
   const size_t after = s->controller.level();
   s->level.store(static_cast<uint8_t>(after), std::memory_order_relaxed);
   if (auto now = s->controller.settledLevel(); now && now != settled) profiles_.set(settledLevelKey(g), double(*now));
@@ -692,6 +702,7 @@ void PriorityPolicy::tenantReleased(uint64_t tenant) {
 
 void PriorityPolicy::forgetTenant(uint64_t tenant, std::vector<std::pair<gpu::Gpu*, CUevent>>& events) {
   for (auto& [g, s] : gpus_) {
+    s->hpAlone.erase(tenant);
     for (auto it = s->hpSlots.begin(); it != s->hpSlots.end();) {
       if (it->first.first != tenant) {
         ++it;

@@ -62,7 +62,7 @@ class PriorityPolicy final : public Policy {
   const char* name() const override { return "priority"; }
   std::optional<int> streamPriority(bool highPriority, const gpu::Gpu& g) const override;
   gpu::Placement placement(bool highPriority, gpu::Gpu& g) override;
-  void observeHpWait(gpu::Gpu& g, double micros) override;
+  void observeHpWait(gpu::Gpu& g, uint64_t tenant, double micros) override;
   unsigned smsKeptFromBestEffort(gpu::Gpu& g) override;
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override;
@@ -94,6 +94,13 @@ class PriorityPolicy final : public Policy {
     std::string key;
     CUevent start = nullptr, end = nullptr;
   };
+  // One HP tenant's synchronizing waits with no BE active, and their p99 (0 until a window is
+  // full): what a relative budget holds that tenant's waits to.
+  struct AloneTail {
+    std::vector<double> waits;
+    double p99 = 0;
+    void observe(double micros, size_t window);
+  };
   struct GpuState {
     explicit GpuState(Launcher& launcher) : words(launcher) {}
     gpu::Gpu* gpu = nullptr;  // a key: only the launcher looks inside
@@ -112,6 +119,7 @@ class PriorityPolicy final : public Policy {
       Nanos unmarkedSince = 0;
     };
     std::map<StreamKey, HpSlot> hpSlots;
+    std::map<uint64_t, AloneTail> hpAlone;  // by HP tenant, under mutex_
     std::map<uint64_t, std::unique_ptr<Lane>> lanes;  // by BE tenant
     std::vector<std::unique_ptr<Lane>> endedLanes;    // of ending tenants, freed once released
     std::vector<Measurement> measuring;

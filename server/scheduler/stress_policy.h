@@ -22,7 +22,9 @@ class StressPolicy final : public Policy {
     return inner_->streamPriority(highPriority, g);
   }
   gpu::Placement placement(bool highPriority, gpu::Gpu& g) override { return inner_->placement(highPriority, g); }
-  void observeHpWait(gpu::Gpu& g, double micros) override { inner_->observeHpWait(g, micros); }
+  void observeHpWait(gpu::Gpu& g, uint64_t tenant, double micros) override {
+    inner_->observeHpWait(g, tenant, micros);
+  }
   unsigned smsKeptFromBestEffort(gpu::Gpu& g) override { return inner_->smsKeptFromBestEffort(g); }
   CUresult launch(const KernelLaunch& k) override;
   CUresult runOpaque(const OpaqueWork& w) override { return inner_->runOpaque(w); }

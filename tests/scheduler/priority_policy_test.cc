@@ -144,9 +144,9 @@ class PriorityPolicyTest : public ::testing::Test {
     policy->placement(false, *g);
     return policy->placement(true, *g);
   }
-  // HP's synchronizing waits, `count` of `micros` each.
-  void hpWaits(int count, double micros) {
-    for (int i = 0; i < count; ++i) policy->observeHpWait(*g, micros);
+  // HP tenant `hp`'s synchronizing waits, `count` of `micros` each.
+  void hpWaits(int count, double micros, uint64_t hp = 1) {
+    for (int i = 0; i < count; ++i) policy->observeHpWait(*g, hp, micros);
   }
   std::vector<FakeLaunch> launchesOf(const Tenant& t) {
     std::vector<FakeLaunch> out;
@@ -630,7 +630,7 @@ TEST_F(PriorityPolicyTest, ARelativeBudgetIsRelativeToHpAloneLearnedAndKept) {
   hpWaits(200, 300);  // HP alone: p99 300 µs
   for (int i = 0; i < 600; ++i) {
     bothActive();
-    policy->observeHpWait(*g, 500);  // within 2 x 300
+    policy->observeHpWait(*g, 1, 500);  // within 2 x 300
   }
   EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "within the budget: the smaller reserve";
 
@@ -649,7 +649,7 @@ TEST_F(PriorityPolicyTest, TheLevelAPairSettledOnIsWhereTheNextStartProbesFirst)
   ASSERT_EQ(bothActive(), gpu::Placement::hp(2));
   for (int i = 0; i < 3000; ++i) {  // within the budget everywhere: walks down to sharing every SM
     bothActive();
-    policy->observeHpWait(*g, 500);
+    policy->observeHpWait(*g, 1, 500);
   }
   ASSERT_EQ(bothActive(), gpu::Placement::wholeGpu());
 
@@ -658,6 +658,29 @@ TEST_F(PriorityPolicyTest, TheLevelAPairSettledOnIsWhereTheNextStartProbesFirst)
   ASSERT_EQ(bothActive(), gpu::Placement::hp(2)) << "a new start is on the safe side";
   hpWaits(200, 500);
   EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "one window later: straight to the level kept";
+}
+
+// Two HP tenants: one of short requests, one of long. Against the GPU's HP alone (the long
+// tenant's tail) the short tenant's tripled waits would pass a 2x budget; against its own they
+// do not.
+TEST_F(PriorityPolicyTest, ARelativeBudgetHoldsEachHpTenantToItsOwnWaitsAlone) {
+  config.smPartition = spec({24, 40}, true);
+  config.hpP99Budget.factor = 2;
+  start();
+  for (int i = 0; i < 200; ++i) {  // alone: the short tenant waits 300 µs, the long one 3 ms
+    hpWaits(1, 300, 1);
+    hpWaits(1, 3000, 2);
+  }
+  for (int i = 0; i < 600; ++i) {  // with BE, at the larger reserve: both within 2x
+    bothActive();
+    hpWaits(1, 500, 1);
+  }
+  ASSERT_EQ(bothActive(), gpu::Placement::hp(0)) << "the smaller reserve is tried";
+  for (int i = 0; i < 200; ++i) {
+    bothActive();
+    hpWaits(1, 900, 1);  // 3x the short tenant's alone, far within 2x the GPU's (3 ms)
+  }
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(1)) << "held to its own: the larger reserve again";
 }
 
 TEST_F(PriorityPolicyTest, HpWaitsWithoutBestEffortTeachTheControllerNothing) {
