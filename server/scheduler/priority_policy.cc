@@ -632,7 +632,10 @@ void PriorityPolicy::collectTimings(GpuState& s) {
 
 void PriorityPolicy::recordTiming(const std::string& key, double micros) {
   const size_t mark = key.rfind('#');
-  if (mark == std::string::npos) return profiles_.record(key, micros);
+  if (mark == std::string::npos) {  // an original
+    profiles_.record(key, micros);
+    return;
+  }
   const std::string shape = key.substr(0, mark);
   const auto original = profiles_.micros(shape);
   const VariantRecord before{profiles_.micros(key), profiles_.samples(key)};
@@ -640,7 +643,7 @@ void PriorityPolicy::recordTiming(const std::string& key, double micros) {
   const VariantRecord after{profiles_.micros(key), profiles_.samples(key)};
   if (!original || variantPays(after, *original, knobs_) == variantPays(before, *original, knobs_)) return;
   const bool pays = variantPays(after, *original, knobs_);
-  ++(pays ? variantsReadmitted_ : variantsRefused_);
+  if (!pays) ++variantsRefused_;
   spdlog::info("scheduler: {} as {} takes {:.0f} µs against {:.0f} µs as the original ({:.1f}x): {}", shape,
                key.substr(mark + 1), *after.micros, *original, *after.micros / *original,
                pays ? "it runs as the variant again" : "it runs as the original");

@@ -187,7 +187,7 @@ class PriorityPolicy final : public Policy {
   std::atomic<uint32_t> unmarkedSlots_{0};  // HP slots whose mark waits for endOfBurst
   // Counters for summary().
   uint64_t gateCloses_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
-  uint64_t variantsRefused_ = 0, variantsReadmitted_ = 0;  // variants that stopped / started paying
+  uint64_t variantsRefused_ = 0;  // times a variant was found not to pay
   std::atomic<uint64_t> beIsolated_{0};  // BE launches and opaque work run in the BE partition
   std::thread monitor_;  // last: started once everything above is ready
 };
