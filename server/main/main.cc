@@ -288,12 +288,19 @@ int run(int argc, char** argv) {
     spdlog::error("{}", error);
     return 1;
   }
+  // What the control socket and the metrics endpoint look at.
+  auto adminState = [&] {
+    std::vector<std::string> gpuNames;
+    for (auto& g : gpus) gpuNames.push_back(g->description().name);
+    auto kept = [policy = services.policy, gpus = services.gpus](size_t i) {
+      return i < gpus.size() ? policy->smsKeptFromBestEffort(*gpus[i]) : 0u;
+    };
+    return admin::AdminState{std::move(gpuNames), startedAt, draining, registry, &faultHistory, kept};
+  };
   // Destroyed before the registry: no admin request outlives the sessions it looks at.
   std::optional<admin::AdminServer> adminServer;
   if (!config.adminSocket.empty()) {
-    std::vector<std::string> gpuNames;
-    for (auto& g : gpus) gpuNames.push_back(g->description().name);
-    adminServer.emplace(config.adminSocket, admin::AdminState{std::move(gpuNames), startedAt, draining, registry, &faultHistory});
+    adminServer.emplace(config.adminSocket, adminState());
     // tallyd still serves tenants without its control socket (e.g. two tallyds, one default path).
     if (!adminServer->start(error)) {
       spdlog::error("{}; tallyctl cannot reach this tallyd", error);
@@ -308,13 +315,7 @@ int run(int argc, char** argv) {
       spdlog::error("metrics_listen '{}': expected HOST:PORT", config.metricsListen);
       return 2;
     }
-    std::vector<std::string> gpuNames;
-    for (auto& g : gpus) gpuNames.push_back(g->description().name);
-    admin::AdminState state{std::move(gpuNames), startedAt, draining, registry, &faultHistory};
-    state.smsKeptFromBestEffort = [policy = services.policy, gpus = services.gpus](size_t i) {
-      return i < gpus.size() ? policy->smsKeptFromBestEffort(*gpus[i]) : 0u;
-    };
-    metrics.emplace(config.metricsListen.substr(0, colon), static_cast<uint16_t>(port), std::move(state));
+    metrics.emplace(config.metricsListen.substr(0, colon), static_cast<uint16_t>(port), adminState());
     if (!metrics->start(error)) {
       spdlog::error("{}", error);
       return 1;
