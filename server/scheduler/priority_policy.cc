@@ -494,8 +494,10 @@ CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
       facts.originalMicros = profiles_.micros(key);
       facts.originalTimed = profiles_.samples(key);
       facts.launchesSeen = launchesOfShape_[key]++;
-      facts.sliced = variantRecord(key, VariantKind::kSliced);
-      facts.ptb = variantRecord(key, VariantKind::kPtb);
+      if (config_.transforms) {  // only then can a variant be chosen
+        if (facts.hasSliced) facts.sliced = variantRecord(key, VariantKind::kSliced);
+        if (facts.hasPtb) facts.ptb = variantRecord(key, VariantKind::kPtb);
+      }
       choice = chooseLaunch(facts, knobs_);
       ++(choice.kind == VariantKind::kOriginal ? beOriginal_ : choice.kind == VariantKind::kSliced ? beSliced_ : bePtb_);
     }
