@@ -42,6 +42,8 @@ struct Hello {
   visibleDevices @8 :List(Text);  # its entries, split at commas: ordinals or GPU UUIDs
   sharedRingBytes @9 :UInt32;     # UDS: the Hello carries a ring file (common/frame/shared_ring.h)
                                   # with two rings of this many bytes; 0: none
+  bulkLanes @10 :UInt8;           # TCP/TLS: extra connections the client would open for the bytes
+                                  # of large copies (JoinLane); 0: none
 }
 
 struct Welcome {
@@ -54,6 +56,17 @@ struct Welcome {
   sharedHostMemory @6 :Bool;      # server maps client pinned memory passed as memfd (UDS only)
   refusalStatus @7 :Int32;        # accepted = false: the CUresult the client reports (0: no device)
   sharedRing @8 :Bool;            # the ring file is mapped: every later frame goes through it
+  bulkLanes @9 :UInt8;            # bulk lanes granted (at most Hello.bulkLanes); 0: none
+  laneKey @10 :Data;              # the secret a lane presents in JoinLane
+}
+
+struct JoinLane {
+  # The first message of a bulk lane: another connection of an admitted tenant over the same
+  # transport, which carries only the bytes of large copies (LaneData both ways). tallyd answers
+  # with a Welcome (accepted, or refused saying why).
+  tenantId @0 :UInt64;            # Welcome.tenantId of the tenant's connection
+  key @1 :Data;                   # Welcome.laneKey
+  index @2 :UInt8;                # 0 .. Welcome.bulkLanes - 1, each joined once
 }
 
 struct Call {
@@ -188,6 +201,9 @@ struct ClientMessage {
   union {
     hello @0 :Hello;
     calls @1 :List(Call);         # executed in order
+    joinLane @2 :JoinLane;        # a bulk lane's first message
+    laneData @3 :HostData;        # on a bulk lane: bytes of a host-to-device copy sent with
+                                  # Memcpy.viaLanes, at `offset` of the copy whose token it names
   }
 }
 

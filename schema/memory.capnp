@@ -33,7 +33,10 @@ struct Memcpy {
   dstPitch @6 :UInt64;
   srcPitch @7 :UInt64;
   hostShared @8 :Bool;            # host side lives in client memory shared with the server
-  token @9 :UInt64;               # device-to-host bulk: where HostData goes
+  token @9 :UInt64;               # device-to-host bulk: where HostData goes; host-to-device via
+                                  # lanes: the token of the LaneData that carries the bytes
+  viaLanes @10 :Bool;             # the bytes travel on the tenant's bulk lanes, not after this
+                                  # message (host-to-device), or may (device-to-host, synchronous)
 }
 
 struct Memset {

@@ -151,6 +151,32 @@ void fillCopy(wire::Memcpy::Builder m, wire::CopyKind kind, uint64_t stream, con
   m.setSrcPitch(c.srcPitch);
 }
 
+// A large flat copy over TCP/TLS with bulk lanes: each piece's message goes on the connection,
+// its bytes on the lanes (client/transport/bulk_lanes.h); only the last piece is waited for.
+CUresult copyToDeviceThroughLanes(BulkLanes& lanes, const Copy2D& c, uint64_t stream, bool sync) {
+  std::lock_guard order(lanes.order());
+  for (size_t done = 0; done < c.width; done += kBulkChunk) {
+    size_t bytes = std::min(kBulkChunk, c.width - done);
+    const bool wait = sync && done + bytes >= c.width;
+    Copy2D piece{c.dst + done, bytes, c.src + done, bytes, bytes, 1};
+    uint64_t token = rt().connection().newToken();
+    auto build = [&](wire::Call::Builder call) {
+      auto m = call.initMemcpy();
+      fillCopy(m, wire::CopyKind::HOST_TO_DEVICE, stream, piece);
+      m.setViaLanes(true);
+      m.setToken(token);
+    };
+    Connection::PendingCall pending;
+    if (CUresult r = wait ? rt().startCall(pending, build) : rt().postNow(build); r != CUDA_SUCCESS) return r;
+    CUresult sent = lanes.send(token, reinterpret_cast<const char*>(piece.src), bytes);
+    CUresult own = wait ? rt().finishCall(pending) : CUDA_SUCCESS;
+    if (sent != CUDA_SUCCESS) return sent;
+    if (own != CUDA_SUCCESS) return own;
+    if (wait) return rt().takePendingAsyncError();
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult copyToDevice(const Copy2D& c, uint64_t stream, bool sync) {
   if (auto region = hostRegionOf(c.src, c.extent(c.srcPitch)); region && region->shared) {
     return sendCopy([&](wire::Call::Builder call) {
@@ -165,6 +191,9 @@ CUresult copyToDevice(const Copy2D& c, uint64_t stream, bool sync) {
   if (sync && c.height == 1 && c.width >= StagingRing::kMinBytes && rt().stagingRing() != nullptr) {
     auto r = rt().stagingRing()->toDevice(c.dst, reinterpret_cast<const char*>(c.src), c.width, stream);
     if (r) return *r;
+  }
+  if (BulkLanes* lanes = rt().connection().lanes(); lanes != nullptr && c.height == 1 && c.width >= BulkLanes::kMinCopyBytes) {
+    return copyToDeviceThroughLanes(*lanes, c, stream, sync);
   }
   if (c.height == 1 && c.width > kBulkChunk) {  // a flat copy: pieces of kBulkChunk bytes
     for (size_t done = 0; done < c.width; done += kBulkChunk) {
@@ -226,14 +255,26 @@ CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
     landing = temp.data();
   }
   Connection& connection = rt().connection();
-  uint64_t token = connection.expectHostData(landing, c.width * std::max<size_t>(c.height, 1));
-  CUresult r = sendCopy([&](wire::Call::Builder call) {
+  const size_t bytes = c.width * std::max<size_t>(c.height, 1);
+  uint64_t token = connection.expectHostData(landing, bytes);
+  // Bytes on bulk lanes may arrive after the reply: a waited copy waits for them too.
+  const bool viaLanes = wait && connection.lanes() != nullptr && bytes >= BulkLanes::kMinCopyBytes;
+  auto build = [&](wire::Call::Builder call) {
     auto m = call.initMemcpy();
     fillCopy(m, wire::CopyKind::DEVICE_TO_HOST, stream, c);
     m.setToken(token);
-  }, wait);
-  // The receiver writes HostData before it routes the reply that follows it, so once a
-  // waited-for call returns, every byte is in place.
+    m.setViaLanes(viaLanes);
+  };
+  CUresult r = CUDA_SUCCESS;
+  if (viaLanes) {
+    r = rt().call(build);
+    if (r == CUDA_SUCCESS && !connection.waitHostData(token)) r = connection.lostStatus();
+    if (r == CUDA_SUCCESS) r = rt().takePendingAsyncError();
+  } else {
+    // The receiver writes HostData before it routes the reply that follows it, so once a
+    // waited-for call returns, every byte is in place.
+    r = sendCopy(build, wait);
+  }
   // A destination the application unmapped meanwhile: its bytes were dropped, not written.
   if (wait && !connection.forgetHostData(token) && r == CUDA_SUCCESS) r = CUDA_ERROR_INVALID_VALUE;
   // The copy ran after all earlier work of its stream, and its reply came after the copy.

@@ -158,6 +158,13 @@ CUresult ClientRuntime::post(const CallBuilder& build, std::span<const iovec> bu
   return bulk.empty() ? connection_->post(message) : connection_->send(message, bulk);
 }
 
+CUresult ClientRuntime::postNow(const CallBuilder& build) {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  capnp::MallocMessageBuilder message(128);
+  buildCall(message, 0, build);
+  return connection_->send(message);
+}
+
 CUresult ClientRuntime::call(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd) {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
   capnp::MallocMessageBuilder message(128);

@@ -88,6 +88,8 @@ class ClientRuntime {
   Connection& connection() { return *connection_; }
   // One-way call; its error surfaces at the next synchronizing call.
   CUresult post(const CallBuilder& build, std::span<const iovec> bulk = {});
+  // One-way call written at once, never batched: its bytes follow on the bulk lanes.
+  CUresult postNow(const CallBuilder& build);
   // Round trip returning the call's own status. An error of an earlier one-way call that
   // tallyd reports with the reply is kept and returned by the next synchronizing call.
   CUresult call(const CallBuilder& build, ReplyMessage* reply = nullptr, std::span<const iovec> bulk = {}, int fd = -1);

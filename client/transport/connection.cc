@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -59,6 +60,7 @@ Connection::Connection(int fd, std::string endpointText, std::unique_ptr<frame::
 }
 
 Connection::~Connection() {
+  lanes_.reset();  // its threads route bytes here and may fail() the connection
   {
     std::lock_guard lock(sendMutex_);
     closing_ = true;
@@ -76,6 +78,22 @@ namespace {
 std::string envOrEmpty(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : "";
+}
+
+// TALLY_BULK_LANES: how many bulk lanes a TCP/TLS client asks for (0: none; at most 8). By
+// default one per 4 cores, at most 4: each lane is a thread on each side, and on a machine of
+// few cores they only take turns (2 cores: 4 lanes were slower than none).
+uint8_t requestedLanes() {
+  const unsigned kDefaultLanes = std::min(4u, std::thread::hardware_concurrency() / 4);
+  std::string text = envOrEmpty("TALLY_BULK_LANES");
+  if (text.empty()) return kDefaultLanes;
+  char* end = nullptr;
+  unsigned long n = std::strtoul(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || n > 8) {
+    spdlog::warn("tally: TALLY_BULK_LANES={} is not a number from 0 to 8; using {}", text, kDefaultLanes);
+    return kDefaultLanes;
+  }
+  return static_cast<uint8_t>(n);
 }
 
 }  // namespace
@@ -98,8 +116,8 @@ std::unique_ptr<frame::RecordLayer> Connection::startTls(const address::Endpoint
   return std::move(session.records);
 }
 
-std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, const std::string& tenantName,
-                                             wire::PriorityClass priority, std::string& error, CUresult* refusal) {
+int Connection::dial(const address::Endpoint& endpoint, std::unique_ptr<frame::RecordLayer>& records,
+                     std::string& error) {
   // tallyd may be starting: retry refused/absent sockets for a few seconds, then give up.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   int fd = -1;
@@ -112,14 +130,37 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
   }
   if (fd < 0) {
     error = "cannot reach tallyd at " + endpoint.toString() + ": " + why;
-    return nullptr;
+    return -1;
   }
   address::tuneConnectedSocket(fd);
-  std::unique_ptr<frame::RecordLayer> records;
   if (endpoint.kind == address::Endpoint::Kind::kTls) {
     records = startTls(endpoint, fd, error);
-    if (!records) return nullptr;
+    if (!records) return -1;
   }
+  return fd;
+}
+
+// Bulk lanes for a TCP/TLS connection that tallyd granted them; without them (one failed to
+// open) every byte takes the connection itself, as before.
+void Connection::openLanes(const address::Endpoint& endpoint) {
+  auto welcome = this->welcome();
+  if (welcome.getBulkLanes() == 0) return;
+  std::string error;
+  auto connect = [&endpoint](std::unique_ptr<frame::RecordLayer>& records, std::string& why) {
+    return dial(endpoint, records, why);
+  };
+  auto sink = [this](wire::HostData::Reader data, uint32_t bulkBytes, frame::StreamReader& reader,
+                     std::vector<char>& bounce) { return routeHostData(data, bulkBytes, reader, bounce); };
+  lanes_ = BulkLanes::open(connect, tenantId_, welcome.getLaneKey(), welcome.getBulkLanes(), sink,
+                           [this](const std::string& why) { fail(why); }, error);
+  if (!lanes_) spdlog::warn("tally: no bulk lanes to tallyd at {} ({}); copies use the connection alone", endpointText_, error);
+}
+
+std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, const std::string& tenantName,
+                                             wire::PriorityClass priority, std::string& error, CUresult* refusal) {
+  std::unique_ptr<frame::RecordLayer> records;
+  int fd = dial(endpoint, records, error);
+  if (fd < 0) return nullptr;
   std::unique_ptr<Connection> c(new Connection(fd, endpoint.toString(), std::move(records)));
   // A shared ring spares a Unix-socket tenant every system call of a call's trip while both sides
   // poll (TALLY_SHARED_RING=0: the socket only).
@@ -136,6 +177,7 @@ std::unique_ptr<Connection> Connection::open(const address::Endpoint& endpoint, 
   if (const char* path = std::getenv("TALLY_TRACE"); path != nullptr && *path != '\0') {
     if (!trace::enableCallTrace(path, "client")) spdlog::warn("tally: TALLY_TRACE: cannot open {}", path);
   }
+  c->openLanes(endpoint);
   c->receiver_ = std::thread([raw = c.get()] { raw->receive(); });
   c->flusher_ = std::thread([raw = c.get()] { raw->runFlusher(); });
   return c;
@@ -173,6 +215,7 @@ bool Connection::handshake(const std::string& tenantName, wire::PriorityClass pr
   if (const char* token = std::getenv("TALLY_TOKEN")) {
     hello.setAuthToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(token), std::strlen(token)));
   }
+  if (!offerRing) hello.setBulkLanes(requestedLanes());
   if (offerRing) {
     std::string why;
     rings_ = frame::SharedRings::create(frame::SharedRings::kDefaultCapacity, fd_, why);
@@ -271,20 +314,6 @@ CUresult Connection::send(capnp::MessageBuilder& message, std::span<const iovec>
   return CUDA_SUCCESS;
 }
 
-namespace {
-
-// `bytes` zeros, written from one zeroed block.
-frame::IoStatus writeZeros(const frame::Channel& out, size_t bytes) {
-  static const std::vector<char> zeros(64u << 10, 0);
-  std::vector<iovec> parts;
-  for (size_t left = bytes; left > 0; left -= std::min(left, zeros.size())) {
-    parts.push_back({const_cast<char*>(zeros.data()), std::min(left, zeros.size())});
-  }
-  return frame::writeAll(out, parts);
-}
-
-}  // namespace
-
 // The bulk bytes are the application's and may turn out unreadable mid-send (EFAULT: it
 // unmapped or protected them after the checks). The header already promised them, so the rest
 // of the frame is written as zeros: tallyd gets a well-formed frame, the stream stays framed,
@@ -307,7 +336,7 @@ CUresult Connection::writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std
     spdlog::error("tally: the bulk bytes of a call ({} bytes) could not be read from host memory (the application "
                   "unmapped or protected it); the call fails with CUDA_ERROR_INVALID_VALUE", bulkBytes);
     if (sentBytes == 0) return CUDA_ERROR_INVALID_VALUE;  // nothing of the frame went out
-    frame::IoStatus padded = writeZeros(out_, headBytes + bulkBytes - sentBytes);
+    frame::IoStatus padded = frame::writeZeros(out_, headBytes + bulkBytes - sentBytes);
     if (padded.ok) return CUDA_ERROR_INVALID_VALUE;
     fail(padded.error);
     return lostStatus();
@@ -433,8 +462,22 @@ uint64_t Connection::expectHostData(void* dst, size_t size) {
   return token;
 }
 
+bool Connection::waitHostData(uint64_t token) {
+  std::unique_lock lock(hostDataMutex_);
+  hostDataChanged_.wait(lock, [&] {
+    auto it = hostData_.find(token);
+    return it == hostData_.end() || (it->second.received >= it->second.size && it->second.writers == 0) || broken_;
+  });
+  auto it = hostData_.find(token);
+  return it == hostData_.end() || it->second.received >= it->second.size;
+}
+
 bool Connection::forgetHostData(uint64_t token) {
-  std::lock_guard lock(hostDataMutex_);
+  std::unique_lock lock(hostDataMutex_);
+  hostDataChanged_.wait(lock, [&] {  // a lane may still write into it (a copy that failed half-way)
+    auto it = hostData_.find(token);
+    return it == hostData_.end() || it->second.writers == 0;
+  });
   auto it = hostData_.find(token);
   if (it == hostData_.end()) return true;
   bool faulted = it->second.faulted;
@@ -451,19 +494,21 @@ void Connection::setHostFuncHandler(std::function<void(const HostFuncNotice&)> h
 // protected the destination, the bytes are dropped, the copy fails, and the stream stays in
 // step. Costs one extra copy of device-to-host bulk bytes (large pageable copies over a Unix
 // socket go through the staging ring instead).
-frame::IoStatus Connection::readIntoHost(char* dst, size_t size, bool& faulted) {
+frame::IoStatus Connection::readIntoHost(frame::StreamReader& reader, std::vector<char>& bounce, char* dst, size_t size,
+                                         bool& faulted) {
   constexpr size_t kBounceBytes = 1u << 20;
-  if (bounce_.size() < std::min(size, kBounceBytes)) bounce_.resize(std::min(size, kBounceBytes));
+  if (bounce.size() < std::min(size, kBounceBytes)) bounce.resize(std::min(size, kBounceBytes));
   for (size_t done = 0; done < size;) {
-    size_t chunk = std::min(size - done, bounce_.size());
-    if (frame::IoStatus status = reader_.read(bounce_.data(), chunk); !status.ok) return status;
-    if (!faulted && !host_memory::copyOut(dst + done, bounce_.data(), chunk)) faulted = true;
+    size_t chunk = std::min(size - done, bounce.size());
+    if (frame::IoStatus status = reader.read(bounce.data(), chunk); !status.ok) return status;
+    if (!faulted && !host_memory::copyOut(dst + done, bounce.data(), chunk)) faulted = true;
     done += chunk;
   }
   return {};
 }
 
-bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) {
+bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes, frame::StreamReader& reader,
+                               std::vector<char>& bounce) {
   char* dst = nullptr;
   {
     std::lock_guard lock(hostDataMutex_);
@@ -471,26 +516,30 @@ bool Connection::routeHostData(wire::HostData::Reader data, uint32_t bulkBytes) 
     if (it != hostData_.end() && data.getOffset() <= it->second.size &&
         bulkBytes <= it->second.size - data.getOffset()) {
       dst = it->second.dst + data.getOffset();
+      ++it->second.writers;
     }
   }
   if (dst == nullptr) {
     spdlog::error("tally: tallyd sent {} bytes for an unknown host buffer (token {})", bulkBytes, data.getToken());
-    return reader_.skip(bulkBytes).ok;
+    return reader.skip(bulkBytes).ok;
   }
   bool faulted = false;
-  if (!readIntoHost(dst, bulkBytes, faulted).ok) return false;
+  frame::IoStatus status = readIntoHost(reader, bounce, dst, bulkBytes, faulted);
   if (faulted) {
     spdlog::error("tally: host memory at {} could not be written ({} bytes of a device-to-host copy): the "
                   "application unmapped or protected it", static_cast<void*>(dst), bulkBytes);
   }
-  std::lock_guard lock(hostDataMutex_);
-  auto it = hostData_.find(data.getToken());
-  if (it == hostData_.end()) return true;
-  it->second.received += bulkBytes;
-  it->second.faulted = it->second.faulted || faulted;
-  // Async copies have no waiter to forget them; a faulted one is kept for forgetHostData.
-  if (it->second.received >= it->second.size && !it->second.faulted) hostData_.erase(it);
-  return true;
+  {
+    std::lock_guard lock(hostDataMutex_);
+    auto it = hostData_.find(data.getToken());
+    --it->second.writers;
+    if (status.ok) it->second.received += bulkBytes;
+    it->second.faulted = it->second.faulted || faulted;
+    // Async copies have no waiter to forget them; a faulted one is kept for forgetHostData.
+    if (it->second.received >= it->second.size && !it->second.faulted && it->second.writers == 0) hostData_.erase(it);
+  }
+  hostDataChanged_.notify_all();
+  return status.ok;
 }
 
 namespace {
@@ -547,7 +596,7 @@ bool Connection::readAndRoute(frame::IncomingFrame& frame) {
         capnp::MallocMessageBuilder notice(16);
         auto data = notice.initRoot<wire::HostData>();
         data.setToken(token);
-        if (!routeHostData(data.asReader(), frame.bulkBytes())) {
+        if (!routeHostData(data.asReader(), frame.bulkBytes(), reader_, bounce_)) {
           fail("connection lost during a copy");
           return false;
         }
@@ -563,7 +612,7 @@ bool Connection::readAndRoute(frame::IncomingFrame& frame) {
       break;
     }
     case wire::ServerMessage::HOST_DATA:
-      if (!routeHostData(root.getHostData(), frame.bulkBytes())) {
+      if (!routeHostData(root.getHostData(), frame.bulkBytes(), reader_, bounce_)) {
         fail("connection lost during a copy");
         return false;
       }
@@ -605,6 +654,10 @@ void Connection::fail(const std::string& why) {
                   "cudaErrorDevicesUnavailable", endpointText_, why);
   }
   ::shutdown(fd_, SHUT_RDWR);
+  {
+    std::lock_guard lock(hostDataMutex_);  // waitHostData sees broken_ under this lock
+  }
+  hostDataChanged_.notify_all();
   {
     std::lock_guard lock(pendingMutex_);
     for (auto& [id, p] : pending_) {

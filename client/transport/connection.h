@@ -6,6 +6,7 @@
 // reader lock reads and routes every frame, so replies of other threads are routed too.
 #pragma once
 
+#include "client/transport/bulk_lanes.h"
 #include "common/address/address.h"
 #include "common/frame/shared_ring.h"
 #include "common/frame/socket_io.h"
@@ -100,6 +101,13 @@ class Connection {
   // Drops the destination (after the call that filled it returned); false when some of its
   // bytes could not be written (the application unmapped or protected the buffer).
   bool forgetHostData(uint64_t token);
+  // Waits until every byte of the destination arrived (bytes on bulk lanes may come after the
+  // reply that says the copy is done); false when the connection broke first.
+  bool waitHostData(uint64_t token);
+  // A fresh token for the bytes of a host-to-device copy on the bulk lanes.
+  uint64_t newToken() { return nextToken_++; }
+  // The bulk lanes tallyd granted this TCP/TLS connection (null: none; TALLY_BULK_LANES=0).
+  BulkLanes* lanes() const { return lanes_.get(); }
 
   void setHostFuncHandler(std::function<void(const HostFuncNotice&)> handler);
 
@@ -119,12 +127,17 @@ class Connection {
     size_t size;
     size_t received = 0;
     bool faulted = false;
+    unsigned writers = 0;  // threads writing into dst right now (the receiver, bulk lanes)
   };
 
   Connection(int fd, std::string endpointText, std::unique_ptr<frame::RecordLayer> records);
   CUresult writeLocked(std::span<const iovec> parts);
   CUresult writeFrameLocked(kj::ArrayPtr<const capnp::word> words, std::span<const iovec> bulk);
-  frame::IoStatus readIntoHost(char* dst, size_t size, bool& faulted);
+  static frame::IoStatus readIntoHost(frame::StreamReader& reader, std::vector<char>& bounce, char* dst, size_t size,
+                                      bool& faulted);
+  // Opens the socket of a connection to `endpoint` (TLS too for tls://): its fd, or -1 and `error`.
+  static int dial(const address::Endpoint& endpoint, std::unique_ptr<frame::RecordLayer>& records, std::string& error);
+  void openLanes(const address::Endpoint& endpoint);
   CUresult flushLocked();
   void runFlusher();
   static std::unique_ptr<frame::RecordLayer> startTls(const address::Endpoint& endpoint, int fd, std::string& error);
@@ -140,7 +153,9 @@ class Connection {
   // Polls for the reply of `pending` on the calling thread for at most the wait spin. True when
   // it gave up without the reply: the caller then sleeps, counted in sleepers_ until it wakes.
   bool pollForReply(PendingCall& pending);
-  bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes);
+  // Writes HostData's bytes from `reader` into their destination (any thread that reads frames).
+  bool routeHostData(wire::HostData::Reader data, uint32_t bulkBytes, frame::StreamReader& reader,
+                     std::vector<char>& bounce);
   void fail(const std::string& why);
   void noteMessage();  // sendMutex_ held
   void contextLost(wire::ContextLost::Reader lost);
@@ -172,6 +187,7 @@ class Connection {
   std::unordered_map<uint64_t, PendingCall*> pending_;
   std::mutex hostDataMutex_;
   std::unordered_map<uint64_t, HostDestination> hostData_;
+  std::condition_variable hostDataChanged_;  // a destination got bytes, or the connection broke
   std::atomic<uint64_t> nextToken_{1};
   std::mutex readerMutex_;  // held by whichever thread reads frames (reader_, bounce_, routing)
   // Threads polling for their reply (pollForReply). Meanwhile the receiver thread does not wait
@@ -184,6 +200,7 @@ class Connection {
   std::vector<char> bounce_;  // reader lock: device-to-host bytes on their way
   std::function<void(const HostFuncNotice&)> hostFuncHandler_;
   std::thread receiver_;
+  std::unique_ptr<BulkLanes> lanes_;  // last: its threads route into hostData_
 };
 
 }  // namespace tally::client

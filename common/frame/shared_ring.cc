@@ -295,6 +295,15 @@ IoStatus writeAll(const Channel& channel, std::span<const iovec> parts) {
   return writeStatus(channel, error);
 }
 
+IoStatus writeZeros(const Channel& channel, size_t bytes) {
+  static const std::vector<char> zeros(64u << 10, 0);
+  std::vector<iovec> parts;
+  for (size_t left = bytes; left > 0; left -= std::min(left, zeros.size())) {
+    parts.push_back({const_cast<char*>(zeros.data()), std::min(left, zeros.size())});
+  }
+  return writeAll(channel, parts);
+}
+
 IoStatus writeFrame(const Channel& channel, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
                     int fdToSend, std::optional<ByteRing::Clock::time_point> deadline) {
   if (channel.records != nullptr && fdToSend >= 0) return IoStatus::failure("a descriptor cannot travel in a TLS record");

@@ -112,6 +112,9 @@ struct Channel {
 size_t sendCounting(const Channel& channel, std::span<const iovec> parts, int& error, size_t firstForeign = SIZE_MAX,
                     ByteRing::CopyFn foreignCopy = nullptr);
 IoStatus writeAll(const Channel& channel, std::span<const iovec> parts);
+// `bytes` zeros: what stands in for the rest of a frame whose bytes could not be read (EFAULT),
+// so that the peer stays in step.
+IoStatus writeZeros(const Channel& channel, size_t bytes);
 IoStatus writeFrame(const Channel& channel, kj::ArrayPtr<const capnp::word> message, std::span<const iovec> bulk,
                     int fdToSend = -1, std::optional<ByteRing::Clock::time_point> deadline = std::nullopt);
 

@@ -53,6 +53,10 @@ class Dispatcher final : public session::CallHandler {
   ApiServices& services_;
 };
 
+// A copy whose bytes come on bulk lanes declares at most this many (the client sends pieces of
+// 32 MiB; the same cap as a frame's bulk).
+inline constexpr uint64_t kMaxLaneCopyBytes = 64u << 20;
+
 // Fills the union part of a Reply.
 using ReplyFiller = std::function<void(wire::Reply::Builder)>;
 
@@ -94,11 +98,21 @@ class CallContext {
   // Like replyLater, for a reply that carries the copied bytes itself.
   std::function<void(CUresult, std::vector<iovec>, uint64_t, std::shared_ptr<void>)> replyLaterWithData();
 
-  // Bulk bytes that follow the message; false (and the peer is dropped) if too few remain.
+  // Bulk bytes that follow the message (or come on the bulk lanes, takeBulkFromLanes); false
+  // (and the peer is dropped) if too few remain.
   bool readBulk(void* dst, size_t size);
   // Consumes bulk bytes of a call that is refused, so the stream stays framed.
   bool skipBulk(size_t size);
-  uint32_t bulkLeft() const { return bulkLeft_; }
+  uint32_t bulkLeft() const { return lanes_ ? laneLeft_ : bulkLeft_; }
+  // This call's bulk bytes are copy `token` on the tenant's bulk lanes, `bytes` in all.
+  void takeBulkFromLanes(uint64_t token, uint32_t bytes);
+  // Lane bytes the call left unread are read and dropped (the lanes stay in step); false when
+  // the lanes failed.
+  bool dropUnreadLaneBulk();
+  // Device-to-host bytes of this call may go back on the tenant's bulk lanes (null: the reply's
+  // connection carries them).
+  const std::shared_ptr<session::BulkLanes>& replyLanes() const { return replyLanes_; }
+  void setReplyLanes(std::shared_ptr<session::BulkLanes> lanes) { replyLanes_ = std::move(lanes); }
   int takeFd() { return reader_.takeFd(); }
   // The tenant has sent more than this call (bytes buffered or waiting in its socket).
   bool moreCallsWaiting() const;
@@ -119,6 +133,11 @@ class CallContext {
   std::optional<wire::Call::Which> kind_;
   CUresult deferred_ = CUDA_SUCCESS;
   std::shared_ptr<gpu::FaultEvidence> evidence_;
+  session::BulkLanes* lanes_ = nullptr;  // set: the bulk comes on the lanes
+  uint64_t laneToken_ = 0;
+  uint32_t laneTotal_ = 0;
+  uint32_t laneLeft_ = 0;
+  std::shared_ptr<session::BulkLanes> replyLanes_;
 };
 
 // Sends a Reply for call `id` on `outbox`, optionally followed by device-to-host bytes for

@@ -1,6 +1,7 @@
 #include "server/api/call_context.h"
 
 #include "common/trace/call_trace.h"
+#include "server/api/request_checks.h"
 #include "server/gpu/cuda_check.h"
 
 #include <capnp/schema.h>
@@ -83,7 +84,27 @@ std::function<void(CUresult, std::vector<iovec>, uint64_t, std::shared_ptr<void>
   };
 }
 
+void CallContext::takeBulkFromLanes(uint64_t token, uint32_t bytes) {
+  lanes_ = tenant_.lanes().get();
+  laneToken_ = token;
+  laneTotal_ = laneLeft_ = bytes;
+}
+
+bool CallContext::dropUnreadLaneBulk() { return lanes_ == nullptr || laneLeft_ == 0 || skipBulk(laneLeft_); }
+
 bool CallContext::readBulk(void* dst, size_t size) {
+  if (lanes_ != nullptr) {
+    if (size > laneLeft_) {
+      protocolError_ = fmt::format("call needs {} bulk bytes but its copy on the lanes has {}", size, laneLeft_);
+      return false;
+    }
+    if (!lanes_->receive(laneToken_, laneTotal_, laneTotal_ - laneLeft_, dst, size)) {
+      protocolError_ = "bulk lanes: " + lanes_->failure();
+      return false;
+    }
+    laneLeft_ -= static_cast<uint32_t>(size);
+    return true;
+  }
   if (size > bulkLeft_) {
     protocolError_ = "call needs " + std::to_string(size) + " bulk bytes but the frame has " + std::to_string(bulkLeft_);
     return false;
@@ -158,8 +179,30 @@ void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_p
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }
 
+namespace {
+
+void sendHostData(session::Outbox& outbox, uint64_t token, uint64_t offset,
+                  const std::shared_ptr<gpu::StagingBuffer>& staging, size_t bytes) {
+  capnp::MallocMessageBuilder message(64);
+  auto data = message.initRoot<wire::ServerMessage>().initHostData();
+  data.setToken(token);
+  data.setOffset(offset);
+  outbox.send(message, {iovec{staging->data(), bytes}}, staging);
+}
+
+}  // namespace
+
 CUresult sendStagedPiece(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<gpu::StagingBuffer> staging,
                          uint64_t token, uint64_t offset, size_t bytes, bool last, bool whole) {
+  if (const auto& lanes = ctx.replyLanes()) {  // the client waits for every byte after the reply
+    auto reply = last ? ctx.replyLater() : nullptr;
+    return afterStream(ctx, g, stream, [lanes, outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
+      if (status == CUDA_SUCCESS && !lanes->send(token, offset, static_cast<const char*>(staging->data()), bytes, staging)) {
+        sendHostData(*outbox, token, offset, staging, bytes);
+      }
+      if (reply) reply(status, {});
+    });
+  }
   if (whole) {  // one frame, one write: the reply carries the bytes
     return afterStream(ctx, g, stream, [reply = ctx.replyLaterWithData(), staging, token, bytes](CUresult status) {
       std::vector<iovec> data;
@@ -169,13 +212,7 @@ CUresult sendStagedPiece(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::sh
   }
   auto reply = last ? ctx.replyLater() : nullptr;
   return afterStream(ctx, g, stream, [outbox = ctx.outbox(), staging, token, offset, bytes, reply](CUresult status) {
-    if (status == CUDA_SUCCESS) {
-      capnp::MallocMessageBuilder message(64);
-      auto data = message.initRoot<wire::ServerMessage>().initHostData();
-      data.setToken(token);
-      data.setOffset(offset);
-      outbox->send(message, {iovec{staging->data(), bytes}}, staging);
-    }
+    if (status == CUDA_SUCCESS) sendHostData(*outbox, token, offset, staging, bytes);
     if (reply) reply(status, {});
   });
 }
@@ -278,6 +315,32 @@ bool dispatch(CallContext& ctx, wire::Call::Reader call) {
   return ctx.protocolErrorText().empty();
 }
 
+namespace {
+
+// A copy's bytes on the tenant's bulk lanes (bulk_lanes.h): host-to-device bytes come from them,
+// device-to-host ones may go back on them. Returns why the peer must be dropped, or "".
+std::string routeLaneBytes(CallContext& ctx, wire::Call::Reader call) {
+  if (!call.isMemcpy() || !call.getMemcpy().getViaLanes()) return {};
+  auto copy = call.getMemcpy();
+  const auto& lanes = ctx.tenant().lanes();
+  if (!lanes) return "a copy through bulk lanes from a tenant without them";
+  if (copy.getHostShared()) return {};
+  if (copy.getKind() == wire::CopyKind::DEVICE_TO_HOST) {
+    if (lanes->ready()) ctx.setReplyLanes(lanes);
+    return {};
+  }
+  if (copy.getKind() != wire::CopyKind::HOST_TO_DEVICE) return {};
+  std::optional<uint64_t> bytes = checkedProduct(copy.getWidth(), std::max<uint64_t>(copy.getHeight(), 1));
+  if (!bytes || *bytes > kMaxLaneCopyBytes) {
+    return fmt::format("a copy through bulk lanes of {} rows of {} bytes (at most {} bytes)", copy.getHeight(),
+                       copy.getWidth(), kMaxLaneCopyBytes);
+  }
+  ctx.takeBulkFromLanes(copy.getToken(), static_cast<uint32_t>(*bytes));
+  return {};
+}
+
+}  // namespace
+
 std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
   ctx.setFaultEvidence(in.evidence);
@@ -289,7 +352,8 @@ std::string Dispatcher::run(const session::IncomingCall& in) {
     in.evidence->noteCode(in.call.isLaunchKernel() ? in.call.getLaunchKernel().getFunction()
                                                    : in.call.getGraphLaunch().getExec() | (uint64_t{1} << 63));
   }
-  bool ok = dispatch(ctx, in.call);
+  if (std::string why = routeLaneBytes(ctx, in.call); !why.empty()) return why;
+  bool ok = dispatch(ctx, in.call) && ctx.dropUnreadLaneBulk();
   // Where the kernels went, for the mark that proves them finished (not in a capture: the mark
   // would be captured too).
   if (session::StreamState* s = ctx.workStream(); in.evidence && launches && s != nullptr &&

@@ -206,7 +206,8 @@ bool readTenants(const toml::table& table, session::AuthPolicy& auth, std::strin
 // handshake_timeout_ms and max_connections: what unauthenticated peers may hold.
 bool readConnectionLimits(const toml::table& table, Config& config, std::string& error) {
   return readInteger(table, "handshake_timeout_ms", config.handshakeTimeoutMs, 100, 600'000, error) &&
-         readInteger(table, "max_connections", config.maxConnections, 1, 1'000'000, error);
+         readInteger(table, "max_connections", config.maxConnections, 1, 1'000'000, error) &&
+         readInteger(table, "bulk_lanes", config.bulkLanes, 0, 8, error);
 }
 
 // kernel_timeout_s and fault_quarantine_*: what a faulting tenant costs the others.
@@ -254,7 +255,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "priority_partition_gate", "priority_partition_control",
                                                "priority_hp_p99_budget", "tls_cert", "tls_key", "tls_client_ca",
                                                "allow_plain_tcp", "metrics_listen", "handshake_timeout_ms",
-                                               "max_connections", "allow_anonymous_high_priority",
+                                               "max_connections", "bulk_lanes", "allow_anonymous_high_priority",
                                                "kernel_timeout_s", "fault_quarantine_after", "fault_quarantine_window_s",
                                                "fault_quarantine_s"};
   for (auto&& [key, value] : table) {

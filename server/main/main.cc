@@ -224,6 +224,9 @@ int run(int argc, char** argv) {
   services.pollMicros = config.pollMicros;
   services.highPriorityPollMicros = config.highPriorityPollMicros;
   services.sharedRings = config.sharedRings;
+  session::LaneRegistry lanes;
+  services.lanes = &lanes;
+  services.maxBulkLanes = config.bulkLanes;
   services.handshakeTimeoutMs = config.handshakeTimeoutMs;
   services.auth = config.auth;
   if (config.transform == "stress" && !gpus.empty()) {

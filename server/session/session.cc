@@ -5,6 +5,7 @@
 #include "schema/envelope.capnp.h"
 
 #include <capnp/message.h>
+#include <algorithm>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -193,6 +194,7 @@ bool Session::adoptRings(wire::Hello::Reader hello, frame::StreamReader& reader)
 
 bool Session::greet(frame::IncomingFrame& frame, frame::StreamReader& reader) {
   auto message = frame.message().getRoot<wire::ClientMessage>();
+  if (message.isJoinLane() && frame.bulkBytes() == 0) return serveLane(frame, reader);
   if (!message.isHello() || frame.bulkBytes() != 0) {
     refuse("the first message must be Hello");
     return false;
@@ -257,6 +259,11 @@ bool Session::greet(frame::IncomingFrame& frame, frame::StreamReader& reader) {
   describeDevices(welcome, gpus);
   const bool ring = adoptRings(hello, reader);
   welcome.setSharedRing(ring);
+  if (std::shared_ptr<BulkLanes> lanes = grantLanes(hello)) {
+    welcome.setBulkLanes(static_cast<uint8_t>(lanes->count()));
+    welcome.setLaneKey(kj::arrayPtr(lanes->key().data(), lanes->key().size()));
+    tenant_->setLanes(std::move(lanes));
+  }
   outbox_->send(reply);
   // The Welcome went through the socket; everything after it goes through the ring.
   if (ring) {
@@ -264,6 +271,40 @@ bool Session::greet(frame::IncomingFrame& frame, frame::StreamReader& reader) {
     reader.useRing(&rings_->toServer());
   }
   return true;
+}
+
+std::shared_ptr<BulkLanes> Session::grantLanes(wire::Hello::Reader hello) {
+  if (peer_.unixSocket || hello.getBulkLanes() == 0 || services_.lanes == nullptr || services_.maxBulkLanes == 0) {
+    return nullptr;  // a Unix-socket tenant shares memory with tallyd instead
+  }
+  unsigned count = std::min<unsigned>({hello.getBulkLanes(), services_.maxBulkLanes, BulkLanes::kMaxLanes});
+  auto lanes = std::make_shared<BulkLanes>(tenantId_, tenant_->name(), count, outbox_->records() != nullptr,
+                                           peer_.tlsSubject);
+  services_.lanes->add(lanes);
+  return lanes;
+}
+
+bool Session::serveLane(frame::IncomingFrame& frame, frame::StreamReader& reader) {
+  auto join = frame.message().getRoot<wire::ClientMessage>().getJoinLane();
+  auto key = join.getKey();
+  std::shared_ptr<BulkLanes> lanes = services_.lanes != nullptr ? services_.lanes->find(join.getTenantId()) : nullptr;
+  std::string why = lanes == nullptr
+                        ? fmt::format("no tenant {} with bulk lanes", join.getTenantId())
+                        : lanes->join(join.getIndex(), std::span<const uint8_t>(key.begin(), key.size()),
+                                      outbox_->records() != nullptr, peer_.tlsSubject, outbox_, fd_);
+  if (!why.empty()) {
+    refuse("bulk lane refused: " + why);
+    return false;
+  }
+  capnp::MallocMessageBuilder reply;
+  auto welcome = reply.initRoot<wire::ServerMessage>().initWelcome();
+  welcome.setAccepted(true);
+  welcome.setProtocolVersion(wire::PROTOCOL_VERSION);
+  welcome.setTenantId(join.getTenantId());
+  outbox_->send(reply);
+  spdlog::debug("tenant {}: bulk lane {} joined from {}", join.getTenantId(), join.getIndex(), peer_.description);
+  lanes->serve(join.getIndex(), reader, services_.limits);
+  return false;
 }
 
 bool Session::serve(frame::StreamReader& reader) {
@@ -379,6 +420,10 @@ void Session::run() {
     if (watch != 0) services_.hangups->unwatch(watch);
   }
   ::shutdown(fd_, SHUT_RDWR);
+  if (tenant_ && tenant_->lanes()) {
+    tenant_->lanes()->close();
+    services_.lanes->remove(tenantId_);
+  }
   if (tenant_) {
     // The scheduler first lets go of what it holds back for this tenant, so that release()'s
     // stream syncs finish; it frees its own per-tenant state once the streams are gone.

@@ -75,6 +75,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // Authentication, then the priority rule; refuses the peer (and returns nullopt) if either fails.
   std::optional<Admission> admit(wire::Hello::Reader hello);
   bool serve(frame::StreamReader& reader);
+  // A JoinLane instead of a Hello: this connection becomes a bulk lane of an admitted tenant
+  // (bulk_lanes.h) and serves it on this thread. Always false: a lane is no tenant.
+  bool serveLane(frame::IncomingFrame& frame, frame::StreamReader& reader);
+  // Bulk lanes for the tenant being admitted, if it asked for them and may have them.
+  std::shared_ptr<BulkLanes> grantLanes(wire::Hello::Reader hello);
   void throttle();
   void endOfBurst();  // the scheduler's deferred work for this tenant, issued (Policy::endOfBurst)
   // Why the tenant `name` is refused for faulting the GPU too often; empty: it is not.

@@ -22,6 +22,7 @@
 namespace tally::server::session {
 
 class Tenant;
+class LaneRegistry;
 
 // One call as the session hands it to the API layer.
 struct IncomingCall {
@@ -54,6 +55,8 @@ struct SessionServices {
   gpu::FaultMonitor* faults = nullptr;      // evidence per tenant (null: no monitor)
   FaultHistory* faultHistory = nullptr;     // who is refused for a while (null: nobody)
   CallHandler* calls = nullptr;             // never null once a session runs
+  LaneRegistry* lanes = nullptr;            // tenants' bulk lanes (null: none are granted)
+  unsigned maxBulkLanes = 4;                // lanes granted to a TCP/TLS tenant at most (bulk_lanes)
 };
 
 }  // namespace tally::server::session

@@ -15,6 +15,7 @@
 
 #include "common/metrics/latency_histogram.h"
 #include "server/gpu/gpu.h"
+#include "server/session/bulk_lanes.h"
 #include "server/session/array_table.h"
 #include "server/session/auth.h"
 #include "server/session/host_mapping_table.h"
@@ -146,6 +147,9 @@ class Tenant {
   // streams, shared words of its mappings); shared with the HangupWatch, which may release them
   // while this tenant's thread is stuck.
   const std::shared_ptr<HostWaits>& hostWaits() const { return hostWaits_; }
+  // The tenant's bulk lanes (TCP/TLS clients that asked for them; null: none), set at admission.
+  const std::shared_ptr<BulkLanes>& lanes() const { return lanes_; }
+  void setLanes(std::shared_ptr<BulkLanes> lanes) { lanes_ = std::move(lanes); }
   // Host callbacks whose stream waits on the GPU for the client's HostFuncDone. While any is
   // outstanding the scheduler must not hold this tenant's thread: the done message it would
   // keep from being read may be what the GPU (and through a shared hardware queue, HP) waits for.
@@ -208,6 +212,7 @@ class Tenant {
   ArrayTable arrays_;
   uint32_t hostFuncsAwaited_ = 0;
   std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
+  std::shared_ptr<BulkLanes> lanes_;
   std::shared_ptr<gpu::StagingBudget> stagingBudget_;
   std::map<int, size_t> requestedLimits_;
   CUresult deferred_ = CUDA_SUCCESS;

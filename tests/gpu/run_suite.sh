@@ -49,7 +49,7 @@ UDS_ONLY=${GPU_SUITE_UDS_ONLY-host_register managed_memory graph_host_nodes}
 ALL_PROGRAMS=(
   vector_add reduction_atomics grids_2d_3d dynamic_smem templates_structs symbols
   streams_events pinned_async host_threads driver_ptx error_cases memcpy_2d
-  host_callbacks coop_launch_ex device_query large_transfers warp_ops kernel_printf
+  host_callbacks coop_launch_ex device_query large_transfers bulk_copies warp_ops kernel_printf
   stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding cufft_forwarding driver_contexts
   stream_memory_ops graph_explicit jit_link textures_surfaces visible_devices host_register managed_memory
   library_management graph_host_nodes per_thread_stream static_runtime

@@ -8,7 +8,9 @@
 #
 # Runs PROGRAM (with ARGS) preloaded with CLIENT_LIB over a Unix socket, TCP and TLS (a
 # certificate made here with openssl); each run must exit 0, print no FATAL line, and print the
-# same as the others. Exit status: 0 passed, 1 failed, 77 skipped (the reason is printed).
+# same as the others. FAKE_GPU_CLIENT_ENV="NAME=VALUE ..." is set for PROGRAM's runs (every
+# other TALLY_* variable is cleared). Exit status: 0 passed, 1 failed, 77 skipped (the reason is
+# printed).
 set -uo pipefail
 [[ $# -ge 4 ]] || { echo "usage: $0 TALLYD CLIENT_LIB FAKE_DRIVER_DIR PROGRAM [ARGS...]" >&2; exit 2; }
 TALLYD=$1 CLIENT_LIB=$2 FAKE_DIR=$3
@@ -39,7 +41,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -su
 TCP_PORT=$(free_port) TLS_PORT=$(free_port)
 LD_LIBRARY_PATH="$FAKE_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TALLYD" --listen "unix:$TMPD/t.sock" \
   --listen "tcp://127.0.0.1:$TCP_PORT" --listen "tls://127.0.0.1:$TLS_PORT" \
-  --tls-cert "$TMPD/cert.pem" --tls-key "$TMPD/key.pem" >"$TMPD/tallyd.log" 2>&1 &
+  --tls-cert "$TMPD/cert.pem" --tls-key "$TMPD/key.pem" --log-level debug >"$TMPD/tallyd.log" 2>&1 &
 TALLYD_PID=$!
 for _ in $(seq 100); do grep -q "tallyd ready" "$TMPD/tallyd.log" && break; sleep 0.1; done
 grep -q "tallyd ready" "$TMPD/tallyd.log" || fail "tallyd on the fake GPU did not get ready"
@@ -47,8 +49,9 @@ grep -q "tallyd ready" "$TMPD/tallyd.log" || fail "tallyd on the fake GPU did no
 declare -A SERVERS=([unix]="unix:$TMPD/t.sock" [tcp]="tcp://127.0.0.1:$TCP_PORT" [tls]="tls://localhost:$TLS_PORT")
 for transport in unix tcp tls; do
   rc=0
+  # shellcheck disable=SC2086  # NAME=VALUE words
   timeout -k 2 30 env LD_PRELOAD="$CLIENT_LIB" TALLY_SERVER="${SERVERS[$transport]}" TALLY_CA="$TMPD/cert.pem" \
-    "${PROGRAM[@]}" >"$TMPD/$transport.out" 2>"$TMPD/$transport.err" </dev/null || rc=$?
+    ${FAKE_GPU_CLIENT_ENV:-} "${PROGRAM[@]}" >"$TMPD/$transport.out" 2>"$TMPD/$transport.err" </dev/null || rc=$?
   [[ $rc -eq 0 ]] || fail "over $transport: exit $rc"
   ! grep -q FATAL "$TMPD/$transport.out" || fail "over $transport: a call failed"
   echo "ok: over $transport: $(tail -n 1 "$TMPD/$transport.out")"
@@ -56,4 +59,9 @@ done
 cmp -s "$TMPD/unix.out" "$TMPD/tcp.out" || fail "the output over TCP differs from the one over the Unix socket"
 cmp -s "$TMPD/unix.out" "$TMPD/tls.out" || fail "the output over TLS differs from the one over the Unix socket"
 kill -0 "$TALLYD_PID" 2>/dev/null || fail "tallyd died"
+if [[ ${FAKE_GPU_CLIENT_ENV:-} == *TALLY_BULK_LANES=[1-8]* ]]; then  # the lanes were used, not just asked for
+  lanes=$(grep -c "bulk lane [0-9] joined" "$TMPD/tallyd.log")
+  [[ $lanes -gt 0 ]] || fail "no bulk lane joined tallyd"
+  echo "ok: $lanes bulk lanes joined tallyd"
+fi
 echo "PASS: ${PROGRAM[*]##*/} over unix, tcp and tls"
