@@ -23,7 +23,7 @@ import statistics
 import sys
 
 ORDER = ["native", "mps", "mps-prio", "tally-passthrough", "tally-default", "tally-priority", "tally-partition",
-         "tally-partition-overlap"]
+         "tally-partition-64", "tally-partition-overlap"]
 BASELINES = ["hp-alone", "tally-hp-alone", "be-alone", "tally-be-alone"]
 LABELS = {
     "native": "two native processes (time-sliced)",
@@ -33,6 +33,7 @@ LABELS = {
     "tally-default": "tallyd priority, shipped defaults (stream priorities only)",
     "tally-priority": "tallyd priority + gate + transforms",
     "tally-partition": "tallyd priority + SM partition (HP 40 SMs)",
+    "tally-partition-64": "tallyd priority + SM partition (HP 64 SMs)",
     "tally-partition-overlap": "tallyd priority + SM partition (40 SMs, overlap)",
     "hp-alone": "HP alone (native)",
     "tally-hp-alone": "HP alone through tallyd (priority)",
@@ -42,7 +43,8 @@ LABELS = {
 MODELS = {"bert": "BERT-base inference (batch 1, seq 128, fp32)",
           "resnet50": "ResNet-50 inference (batch 1, 224², fp32)"}
 BE_MODELS = {"resnet50": "ResNet-50 training (batch 32, SGD, fp32)",
-             "gpt2": "GPT-2 small training (batch 4 × 512 tokens, AdamW, bf16 autocast)"}
+             "gpt2": "GPT-2 small training (batch 4 × 512 tokens, AdamW, bf16 autocast)",
+             "ticker": "a ticker (one tiny kernel every 2 ms: partitions split, next to no BE work)"}
 
 
 

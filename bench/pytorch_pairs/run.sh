@@ -5,9 +5,11 @@
 #
 #   bench/pytorch_pairs/run.sh <build dir> <out dir> [options]
 #     --pairs "…"       HP model:BE model (default "bert:resnet50 resnet50:gpt2");
-#                       HP: bert resnet50; BE: resnet50 gpt2
+#                       HP: bert resnet50; BE: resnet50 gpt2 ticker (a tiny kernel every 2 ms:
+#                       keeps SM partitions split with next to no BE work, to tell HP's cost of
+#                       fewer SMs from BE's interference)
 #     --systems "…"     of: native mps mps-prio tally-passthrough tally-default tally-priority
-#                       tally-partition tally-partition-overlap tally-budget-<F>x (default "native
+#                       tally-partition tally-partition-64 tally-partition-overlap tally-budget-<F>x (default "native
 #                       mps-prio tally-priority tally-partition-overlap"); tally-budget-<F>x: the SM
 #                       reserves $BUDGET_LEVELS chosen online for HP's p99 within F x HP alone, learned
 #                       by tallyd in the tally-hp-alone run (the cache dir is kept for the whole run)
@@ -84,13 +86,13 @@ number() { [[ $2 =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "$1 must be a number, got '$2'
 number --seconds "$SECS"; number --lead "$LEAD"; number --rho "$RHO"; number --solo "$SOLO"
 number --startup-max "$STARTUP_MAX"
 for p in $PAIRS; do
-  [[ $p =~ ^(bert|resnet50):(resnet50|gpt2)$ ]] || die "pair $p: expected HP:BE with HP bert|resnet50, BE resnet50|gpt2"
+  [[ $p =~ ^(bert|resnet50):(resnet50|gpt2|ticker)$ ]] || die "pair $p: expected HP:BE with HP bert|resnet50, BE resnet50|gpt2|ticker"
 done
 TALLY=0
 for s in $SYSTEMS; do
   case $s in
     native|mps|mps-prio) ;;
-    tally-passthrough|tally-default|tally-priority|tally-partition|tally-partition-overlap) TALLY=1 ;;
+    tally-passthrough|tally-default|tally-priority|tally-partition|tally-partition-64|tally-partition-overlap) TALLY=1 ;;
     *) [[ $s =~ ^tally-budget-[0-9.]+x$ ]] || die "unknown system $s"; TALLY=1 ;;
   esac
 done
@@ -184,6 +186,7 @@ tally_flags() {
     tally-default) echo "--policy priority" ;;
     tally-priority) echo "--policy priority --gate --transforms" ;;
     tally-partition) echo "--policy priority --sm-partition 40" ;;
+    tally-partition-64) echo "--policy priority --sm-partition 64" ;;
     tally-partition-overlap) echo "--policy priority --sm-partition 40:overlap" ;;
     tally-budget-*) echo "--policy priority --sm-partition $BUDGET_LEVELS --hp-p99-budget ${1#tally-budget-}" ;;
   esac

@@ -170,7 +170,20 @@ def build_be(torch, model_name):
     import torch_bench
     if model_name == "resnet50":
         return torch_bench.resnet50_train_step(torch, 32)
+    if model_name == "ticker":
+        return ticker_step(torch)
     return torch_bench.gpt2_train_step(torch, 4, 512)
+
+
+def ticker_step(torch):
+    """A best-effort tenant that keeps tallyd's SM partitions split (work queued every 2 ms) while
+    taking next to nothing of the GPU: HP on its reserve without BE's interference."""
+    x = torch.zeros(1, device="cuda")
+
+    def step():
+        time.sleep(0.002)
+        return x + 1
+    return step
 
 
 def run_be(args):
@@ -205,7 +218,7 @@ def run_be(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", choices=["hp", "be"], required=True)
-    ap.add_argument("--model", required=True, help="hp: bert or resnet50; be: resnet50 or gpt2")
+    ap.add_argument("--model", required=True, help="hp: bert or resnet50; be: resnet50, gpt2 or ticker (next to no GPU work)")
     ap.add_argument("--solo", type=float, default=0, help="hp: closed loop for this many seconds")
     ap.add_argument("--rate", type=float, default=0, help="hp: Poisson arrival rate, requests/s")
     ap.add_argument("--seconds", type=float, default=10, help="measured window, s")

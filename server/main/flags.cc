@@ -31,6 +31,8 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (the default)");
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
   app.add_option("--hp-poll-us", f.hpPollMicros, "how long an HP tenant's session thread polls its socket before it sleeps, µs");
+  app.add_option("--bulk-lanes", f.bulkLanes, "bulk lanes a TCP/TLS tenant may open for large copies (0-8; 0: none)")
+      ->check(CLI::Range(0, 8));
   app.add_option("--sm-partition", f.smPartition,
                  "priority: off, or increasing reserves N or P% (SMs for HP, or a share of them) separated by commas, optionally :overlap — while HP and best-effort tenants are both active");
   app.add_option("--partition-idle-ms", f.partitionIdleMillis, "priority: a class idle this long ends the SM split, ms");
@@ -79,6 +81,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
     }
   }
   if (f.hpPollMicros) config.highPriorityPollMicros = *f.hpPollMicros;
+  if (f.bulkLanes) config.bulkLanes = *f.bulkLanes;
   if (f.partitionIdleMillis) sched.partitionIdleMillis = *f.partitionIdleMillis;
   if (f.partitionGate) sched.partitionGate = true;
   if (f.partitionControl) sched.partitionControl = true;

@@ -31,12 +31,14 @@ bool overlaps(const std::vector<std::pair<uint64_t, uint64_t>>& claimed, uint64_
 
 }  // namespace
 
-BulkLanes::BulkLanes(uint64_t tenantId, std::string tenantName, unsigned count, bool tls, std::string tlsSubject)
+BulkLanes::BulkLanes(uint64_t tenantId, std::string tenantName, unsigned count, bool tls, std::string tlsSubject,
+                     std::chrono::milliseconds wait)
     : tenantId_(tenantId),
       tenantName_(std::move(tenantName)),
       count_(std::clamp(count, 1u, kMaxLanes)),
       tls_(tls),
       tlsSubject_(std::move(tlsSubject)),
+      wait_(wait),
       lanes_(count_) {
   for (size_t done = 0; done < key_.size();) {
     ssize_t n = ::getrandom(key_.data() + done, key_.size() - done, 0);
@@ -92,7 +94,7 @@ void BulkLanes::serve(unsigned index, frame::StreamReader& reader, const frame::
 
 std::optional<size_t> BulkLanes::claim(unsigned index, uint64_t token, uint64_t offset, size_t size,
                                        std::unique_lock<std::mutex>& lock) {
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  const auto deadline = std::chrono::steady_clock::now() + wait_;
   for (;;) {
     if (failed_) return std::nullopt;
     if (token < lastToken_ || (range_.open && token == range_.token && offset < range_.lo)) {
@@ -115,7 +117,7 @@ std::optional<size_t> BulkLanes::claim(unsigned index, uint64_t token, uint64_t 
     }
     // A later range or copy: the session asks for it once the one before is complete.
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      failLocked(fmt::format("lane {}: bytes of copy {} waited {} s for their call", index, token, kWait.count()));
+      failLocked(fmt::format("lane {}: bytes of copy {} waited {} ms for their call", index, token, wait_.count()));
       return std::nullopt;
     }
   }
@@ -168,10 +170,10 @@ bool BulkLanes::receive(uint64_t token, uint64_t total, uint64_t offset, void* d
   lastEnd_ = offset + size;
   range_ = Range{true, token, total, offset, offset + size, static_cast<char*>(dst), 0, 0, {}};
   changed_.notify_all();
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  const auto deadline = std::chrono::steady_clock::now() + wait_;
   while (!failed_ && range_.filled < size) {
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && range_.filled < size) {
-      failLocked(fmt::format("waited {} s for bytes {}..{} of copy {} on the lanes", kWait.count(), offset,
+      failLocked(fmt::format("waited {} ms for bytes {}..{} of copy {} on the lanes", wait_.count(), offset,
                              offset + size, token));
     }
   }

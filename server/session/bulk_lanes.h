@@ -41,7 +41,9 @@ class BulkLanes {
   using Key = std::array<uint8_t, 32>;
 
   // `tls`/`tlsSubject`: the tenant's own connection, which every lane must match.
-  BulkLanes(uint64_t tenantId, std::string tenantName, unsigned count, bool tls, std::string tlsSubject);
+  // `wait`: how long the session waits for bytes, and a lane for their call (tests shorten it).
+  BulkLanes(uint64_t tenantId, std::string tenantName, unsigned count, bool tls, std::string tlsSubject,
+            std::chrono::milliseconds wait = kWait);
   ~BulkLanes();
   BulkLanes(const BulkLanes&) = delete;
   BulkLanes& operator=(const BulkLanes&) = delete;
@@ -103,6 +105,7 @@ class BulkLanes {
   const unsigned count_;
   const bool tls_;
   const std::string tlsSubject_;
+  const std::chrono::milliseconds wait_;
   Key key_{};
   mutable std::mutex mutex_;
   std::condition_variable changed_;
