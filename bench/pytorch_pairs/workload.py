@@ -230,7 +230,7 @@ def main():
     ap.add_argument("--wait-timeout", type=float, default=120, help="longest wait for --wait-file/--go-file, s")
     ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     args = ap.parse_args()
-    models = {"hp": ("bert", "resnet50"), "be": ("resnet50", "gpt2")}[args.role]
+    models = {"hp": ("bert", "resnet50"), "be": ("resnet50", "gpt2", "ticker")}[args.role]
     if args.model not in models:
         ap.error(f"--role {args.role}: --model must be one of {', '.join(models)}")
     if args.role == "hp" and args.solo <= 0 and args.rate <= 0:
