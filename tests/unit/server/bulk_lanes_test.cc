@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <numeric>
+#include <functional>
 #include <thread>
 
 namespace tally::server::session {
@@ -23,6 +23,12 @@ using namespace std::chrono_literals;
 
 std::span<const uint8_t> keyOf(const BulkLanes& lanes) { return {lanes.key().data(), lanes.key().size()}; }
 
+std::vector<char> pattern(size_t n) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131) ^ (i >> 7));
+  return v;
+}
+
 // A joined lane: tallyd's end runs serve() on a thread; the test writes to clientFd.
 struct TestLane {
   int clientFd = -1;
@@ -30,7 +36,7 @@ struct TestLane {
 };
 
 class BulkLanesTest : public ::testing::Test {
- protected:
+ public:
   void open(unsigned count, std::chrono::milliseconds wait = 5s) {
     lanes_ = std::make_shared<BulkLanes>(7, "t", count, false, "", wait);
     for (unsigned i = 0; i < count; ++i) {
@@ -65,15 +71,17 @@ class BulkLanesTest : public ::testing::Test {
     ASSERT_TRUE(frame::writeFrame(lanes_test_[lane].clientFd, words, {&bulk, 1}).ok);
   }
 
+  // The lanes failed, and their reason says `part`.
+  void expectFailedWith(const std::string& part) {
+    EXPECT_FALSE(lanes_->ready());
+    EXPECT_NE(lanes_->failure().find(part), std::string::npos) << lanes_->failure();
+  }
+
   std::shared_ptr<BulkLanes> lanes_;
   std::vector<TestLane> lanes_test_;
+  const std::vector<char> bytes_ = pattern(1000);  // what the client sends
+  std::vector<char> got_ = std::vector<char>(1000);  // where the session wants it
 };
-
-std::vector<char> pattern(size_t n) {
-  std::vector<char> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131) ^ (i >> 7));
-  return v;
-}
 
 TEST(BulkLanesJoin, OnlyTheKeyTheIndexAndTheTransportOfTheTenantJoin) {
   auto lanes = std::make_shared<BulkLanes>(3, "t", 2, true, "CN=a");
@@ -134,47 +142,57 @@ TEST_F(BulkLanesTest, ChunksOfSeveralLanesFillEachRangeTheSessionAsksFor) {
   EXPECT_TRUE(lanes_->ready());
 }
 
-TEST_F(BulkLanesTest, TheSameBytesTwiceFailTheLanes) {
-  open(2);
-  std::vector<char> bytes = pattern(1000);
-  send(0, 4, 0, bytes, 0, 600);
-  send(1, 4, 200, bytes, 200, 400);  // overlaps the first chunk
-  std::vector<char> got(1000);
-  EXPECT_FALSE(lanes_->receive(4, 1000, 0, got.data(), 1000));
-  EXPECT_NE(lanes_->failure().find("twice"), std::string::npos) << lanes_->failure();
-  EXPECT_FALSE(lanes_->ready());
+// What a lane may not send: each case plays the client's frames and the session's asks, then the
+// lanes must have failed for the reason named.
+struct HostileLane {
+  const char* name;
+  unsigned lanes;
+  std::function<void(BulkLanesTest&)> play;
+  const char* reason;
+};
+
+class HostileLaneTest : public BulkLanesTest, public ::testing::WithParamInterface<HostileLane> {};
+
+TEST_P(HostileLaneTest, FailsTheLanes) {
+  open(GetParam().lanes);
+  GetParam().play(*this);
+  expectFailedWith(GetParam().reason);
 }
 
-TEST_F(BulkLanesTest, BytesOfACopyThatIsOverFailTheLanes) {
-  open(1);
-  std::vector<char> bytes = pattern(100);
-  send(0, 8, 0, bytes, 0, 100);
-  std::vector<char> got(100);
-  ASSERT_TRUE(lanes_->receive(8, 100, 0, got.data(), 100));
-  send(0, 7, 0, bytes, 0, 100);  // an earlier copy's token: those bytes can only be stale or forged
-  std::this_thread::sleep_for(100ms);
-  EXPECT_FALSE(lanes_->receive(9, 100, 0, got.data(), 100));
-  EXPECT_NE(lanes_->failure().find("taken already"), std::string::npos) << lanes_->failure();
-}
-
-TEST_F(BulkLanesTest, BytesPastTheEndOfTheCopyFailTheLanes) {
-  open(1);
-  std::vector<char> bytes = pattern(200);
-  send(0, 3, 50, bytes, 0, 200);  // the copy has 100 bytes
-  std::vector<char> got(100);
-  EXPECT_FALSE(lanes_->receive(3, 100, 0, got.data(), 100));
-  EXPECT_NE(lanes_->failure().find("which has 100"), std::string::npos) << lanes_->failure();
-}
-
-TEST_F(BulkLanesTest, CopiesMustAskForNewTokensAndFollowingRanges) {
-  open(1);
-  std::vector<char> bytes = pattern(100);
-  send(0, 5, 0, bytes, 0, 50);
-  std::vector<char> got(100);
-  ASSERT_TRUE(lanes_->receive(5, 100, 0, got.data(), 50));
-  EXPECT_FALSE(lanes_->receive(5, 100, 60, got.data(), 40));  // a gap: bytes 50..60 never asked for
-  EXPECT_NE(lanes_->failure().find("asked for after"), std::string::npos) << lanes_->failure();
-}
+INSTANTIATE_TEST_SUITE_P(
+    BulkLanes, HostileLaneTest,
+    ::testing::Values(
+        HostileLane{"TheSameBytesTwice", 2,
+                    [](BulkLanesTest& t) {
+                      t.send(0, 4, 0, t.bytes_, 0, 600);
+                      t.send(1, 4, 200, t.bytes_, 200, 400);  // overlaps the first chunk
+                      EXPECT_FALSE(t.lanes_->receive(4, 1000, 0, t.got_.data(), 1000));
+                    },
+                    "twice"},
+        HostileLane{"BytesOfACopyThatIsOver", 1,
+                    [](BulkLanesTest& t) {
+                      t.send(0, 8, 0, t.bytes_, 0, 100);
+                      ASSERT_TRUE(t.lanes_->receive(8, 100, 0, t.got_.data(), 100));
+                      t.send(0, 7, 0, t.bytes_, 0, 100);  // an earlier copy's token: stale or forged
+                      std::this_thread::sleep_for(100ms);
+                      EXPECT_FALSE(t.lanes_->receive(9, 100, 0, t.got_.data(), 100));
+                    },
+                    "taken already"},
+        HostileLane{"BytesPastTheEndOfTheCopy", 1,
+                    [](BulkLanesTest& t) {
+                      t.send(0, 3, 50, t.bytes_, 0, 200);  // the copy has 100 bytes
+                      EXPECT_FALSE(t.lanes_->receive(3, 100, 0, t.got_.data(), 100));
+                    },
+                    "which has 100"},
+        HostileLane{"ARangeThatSkipsBytes", 1,
+                    [](BulkLanesTest& t) {
+                      t.send(0, 5, 0, t.bytes_, 0, 50);
+                      ASSERT_TRUE(t.lanes_->receive(5, 100, 0, t.got_.data(), 50));
+                      // Bytes 50..60 were never asked for: the session's ranges must follow each other.
+                      EXPECT_FALSE(t.lanes_->receive(5, 100, 60, t.got_.data(), 40));
+                    },
+                    "asked for after"}),
+    [](const ::testing::TestParamInfo<HostileLane>& info) { return std::string(info.param.name); });
 
 TEST_F(BulkLanesTest, ASessionWaitingForBytesThatNeverComeGivesUp) {
   open(2, 200ms);
@@ -182,7 +200,7 @@ TEST_F(BulkLanesTest, ASessionWaitingForBytesThatNeverComeGivesUp) {
   auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(lanes_->receive(1, 100, 0, got.data(), 100));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
-  EXPECT_NE(lanes_->failure().find("waited 200 ms"), std::string::npos) << lanes_->failure();
+  expectFailedWith("waited 200 ms");
 }
 
 TEST_F(BulkLanesTest, ALaneClosedMidCopyEndsTheWait) {
@@ -196,7 +214,7 @@ TEST_F(BulkLanesTest, ALaneClosedMidCopyEndsTheWait) {
   std::vector<char> got(1000);
   EXPECT_FALSE(lanes_->receive(2, 1000, 0, got.data(), 1000));
   closer.join();
-  EXPECT_NE(lanes_->failure().find("lane 1 closed"), std::string::npos) << lanes_->failure();
+  expectFailedWith("lane 1 closed");
 }
 
 TEST_F(BulkLanesTest, DeviceToHostBytesAreDealtAcrossTheLanes) {
