@@ -9,8 +9,9 @@
 # Runs PROGRAM (with ARGS) preloaded with CLIENT_LIB over a Unix socket, TCP and TLS (a
 # certificate made here with openssl); each run must exit 0, print no FATAL line, and print the
 # same as the others. FAKE_GPU_CLIENT_ENV="NAME=VALUE ..." is set for PROGRAM's runs (every
-# other TALLY_* variable is cleared). Exit status: 0 passed, 1 failed, 77 skipped (the reason is
-# printed).
+# other TALLY_* variable is cleared); FAKE_GPU_TALLYD_CONFIG is TOML given to tallyd (--config);
+# FAKE_GPU_TCP_STDERR is a pattern the TCP and TLS runs must print on stderr. Exit status: 0
+# passed, 1 failed, 77 skipped (the reason is printed).
 set -uo pipefail
 [[ $# -ge 4 ]] || { echo "usage: $0 TALLYD CLIENT_LIB FAKE_DRIVER_DIR PROGRAM [ARGS...]" >&2; exit 2; }
 TALLYD=$1 CLIENT_LIB=$2 FAKE_DIR=$3
@@ -39,7 +40,12 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -su
   -addext subjectAltName=DNS:localhost -keyout "$TMPD/key.pem" -out "$TMPD/cert.pem" >/dev/null 2>&1 ||
   fail "openssl could not make a certificate"
 TCP_PORT=$(free_port) TLS_PORT=$(free_port)
-LD_LIBRARY_PATH="$FAKE_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TALLYD" --listen "unix:$TMPD/t.sock" \
+CONFIG_ARGS=()
+if [[ -n ${FAKE_GPU_TALLYD_CONFIG:-} ]]; then
+  printf '%s\n' "$FAKE_GPU_TALLYD_CONFIG" >"$TMPD/tallyd.toml"
+  CONFIG_ARGS=(--config "$TMPD/tallyd.toml")
+fi
+LD_LIBRARY_PATH="$FAKE_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TALLYD" "${CONFIG_ARGS[@]}" --listen "unix:$TMPD/t.sock" \
   --listen "tcp://127.0.0.1:$TCP_PORT" --listen "tls://127.0.0.1:$TLS_PORT" \
   --tls-cert "$TMPD/cert.pem" --tls-key "$TMPD/key.pem" --log-level debug >"$TMPD/tallyd.log" 2>&1 &
 TALLYD_PID=$!
@@ -54,7 +60,14 @@ for transport in unix tcp tls; do
     ${FAKE_GPU_CLIENT_ENV:-} "${PROGRAM[@]}" >"$TMPD/$transport.out" 2>"$TMPD/$transport.err" </dev/null || rc=$?
   [[ $rc -eq 0 ]] || fail "over $transport: exit $rc"
   ! grep -q FATAL "$TMPD/$transport.out" || fail "over $transport: a call failed"
+  if [[ -n ${FAKE_GPU_TCP_STDERR:-} && $transport != unix ]]; then
+    grep -qE "$FAKE_GPU_TCP_STDERR" "$TMPD/$transport.err" || fail "over $transport: stderr lacks '$FAKE_GPU_TCP_STDERR'"
+  fi
   echo "ok: over $transport: $(tail -n 1 "$TMPD/$transport.out")"
+  # The next run starts once tallyd let go of this one (its connection slots, with
+  # FAKE_GPU_TALLYD_CONFIG's limits).
+  runs=$((${runs:-0} + 1))
+  for _ in $(seq 50); do [[ $(grep -c ") released:" "$TMPD/tallyd.log") -ge $runs ]] && break; sleep 0.1; done
 done
 cmp -s "$TMPD/unix.out" "$TMPD/tcp.out" || fail "the output over TCP differs from the one over the Unix socket"
 cmp -s "$TMPD/unix.out" "$TMPD/tls.out" || fail "the output over TLS differs from the one over the Unix socket"
