@@ -9,7 +9,6 @@
 // (order()), in the order of their messages on the tenant's connection.
 #pragma once
 
-#include "common/address/address.h"
 #include "common/frame/socket_io.h"
 #include "common/frame/record_layer.h"
 #include "schema/envelope.capnp.h"
