@@ -54,7 +54,7 @@ class Dispatcher final : public session::CallHandler {
 };
 
 // A copy whose bytes come on bulk lanes declares at most this many (the client sends pieces of
-// 32 MiB; the same cap as a frame's bulk).
+// 32 MiB; max_bulk_bytes' default cap for a frame's bulk).
 inline constexpr uint64_t kMaxLaneCopyBytes = 64u << 20;
 
 // Fills the union part of a Reply.
