@@ -13,7 +13,7 @@ cp "$BUILD/client/libtally_client.so" "$OUTDIR/build/client/"
 ln -sf libtally_client.so "$OUTDIR/build/client/libcuda.so.1"
 cp "$BUILD/client/libtally_cufft.so" "$OUTDIR/build/client/"
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {} "$OUTDIR/build/tests/gpu/" \;
-for tool in tally_microbench implicit_sync_probe fault_probe coredump_probe green_ctx_probe small_read_probe socket_floor_probe; do
+for tool in tally_microbench implicit_sync_probe fault_probe coredump_probe green_ctx_probe small_read_probe launch_probe socket_floor_probe; do
   [[ -x $BUILD/bench/$tool ]] && cp "$BUILD/bench/$tool" "$OUTDIR/build/bench/"
 done
 if [[ -d $BUILD/bench/isolation ]]; then
@@ -28,10 +28,14 @@ if [[ -x $BUILD/bench/hp_request/hp_request ]]; then
 fi
 cp "$BUILD/server/tallyctl" "$OUTDIR/build/server/"
 # The transform's GPU equivalence test and benchmark, with the corpus PTX it reads.
-mkdir -p "$OUTDIR/build/tests/transform/corpus"
-cp "$BUILD/tests/transform/tally_transform_gpu" "$OUTDIR/build/tests/transform/"
-cp "$BUILD"/tests/transform/corpus/*.ptx "$OUTDIR/build/tests/transform/corpus/"
+# (A partial build, e.g. only tallyd, the client and the benchmarks, is staged without them.)
+if [[ -x $BUILD/tests/transform/tally_transform_gpu ]]; then
+  mkdir -p "$OUTDIR/build/tests/transform/corpus"
+  cp "$BUILD/tests/transform/tally_transform_gpu" "$OUTDIR/build/tests/transform/"
+  cp "$BUILD"/tests/transform/corpus/*.ptx "$OUTDIR/build/tests/transform/corpus/"
+fi
 for bin in "$OUTDIR"/build/server/tallyd "$OUTDIR"/build/client/libtally_client.so "$OUTDIR"/build/tests/transform/tally_transform_gpu; do
+  [[ -e $bin ]] || continue
   ldd "$bin" | awk '/=> \// {print $3}' | { grep -E 'capnp|kj|uv|spdlog|fmt|zstd|lz4|toml' || true; } | while read -r lib; do
     cp -L "$lib" "$OUTDIR/lib/"
   done

@@ -1,14 +1,20 @@
 // Kernel launches. The parameter buffer is laid out by the kernel's own offsets; we hand the
-// driver a pointer per parameter into it.
+// driver a pointer per parameter into it. An HP tenant's plain launches are made by its launch
+// thread (session/launch_thread.h) while this thread reads the next call.
 #include "server/api/call_context.h"
 
 #include "server/api/request_checks.h"
+#include "server/gpu/cuda_check.h"
+#include "server/gpu/fault_monitor.h"
 #include "server/gpu/variant_launch.h"
 #include "server/scheduler/launcher.h"
 #include "server/scheduler/policy.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <vector>
@@ -100,13 +106,15 @@ gpu::LaunchShape shapeOf(wire::LaunchKernel::Reader args) {
   return shape;
 }
 
-scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f, session::StreamState& s,
-                                     wire::LaunchKernel::Reader args, capnp::Data::Reader buffer, void** params) {
-  auto& counters = ctx.tenant().counters();
+// What the scheduler needs of one launch. `params` points into `buffer`, one per parameter.
+scheduler::KernelLaunch kernelLaunch(session::Tenant& tenant, session::FunctionState& f, session::StreamState& s,
+                                     const gpu::LaunchShape& shape, std::span<const uint8_t> buffer, void** params,
+                                     bool mustNotHold) {
+  auto& counters = tenant.counters();
   scheduler::KernelLaunch k;
-  k.tenant = ctx.tenant().id();
-  k.highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
-  k.mustNotHold = ctx.tenant().awaitsHostFuncs();
+  k.tenant = tenant.id();
+  k.highPriority = tenant.priority() == session::PriorityClass::kHigh;
+  k.mustNotHold = mustNotHold;
   k.streamId = s.id;
   k.gpu = f.gpu;
   k.stream = s.stream;
@@ -114,21 +122,92 @@ scheduler::KernelLaunch kernelLaunch(CallContext& ctx, session::FunctionState& f
   k.sliced = f.sliced;
   k.ptb = f.ptb;
   k.profileKey = &f.profileKey;
-  k.shape = shapeOf(args);
-  k.paramBuffer = std::span<const uint8_t>(buffer.begin(), buffer.size());
+  k.shape = shape;
+  k.paramBuffer = buffer;
   k.paramLayout = &f.params;
   k.paramPointers = params;
   k.slicedLaunches = &counters.slicedLaunches;
   k.ptbLaunches = &counters.ptbLaunches;
   k.preemptions = &counters.preemptions;
   k.held = &counters.held;
-  k.variantStreams = [&ctx, s = &s](CUstream& side, CUdeviceptr& control) {
-    if (!ctx.tenant().streams().prepareVariants(*s)) return false;
+  k.variantStreams = [&tenant, s = &s](CUstream& side, CUdeviceptr& control) {
+    if (!tenant.streams().prepareVariants(*s)) return false;
     side = s->variantSide;
     control = s->ptbControl;
     return true;
   };
   return k;
+}
+
+// The driver's pointers to each parameter of `f` inside `buffer`.
+class ParamPointers {
+ public:
+  ParamPointers(const session::FunctionState& f, const uint8_t* buffer) {
+    if (f.params.size() > inline_.size()) many_.resize(f.params.size());
+    void** out = get();
+    for (size_t i = 0; i < f.params.size(); ++i) out[i] = const_cast<uint8_t*>(buffer) + f.params[i].first;
+  }
+  void** get() { return many_.empty() ? inline_.data() : many_.data(); }
+  static constexpr size_t kInline = 64;
+
+ private:
+  std::array<void*, kInline> inline_;
+  std::vector<void*> many_;
+};
+
+// A launch handed to the tenant's launch thread (session/launch_thread.h): everything it needs,
+// copied, since the message it came in is gone by the time it runs. The tables it points into
+// change only between drains.
+struct QueuedLaunch {
+  static constexpr size_t kMaxParamBytes = 1024;
+  scheduler::Policy* policy;
+  gpu::FaultMonitor* faults;
+  session::Tenant* tenant;
+  session::FunctionState* function;
+  session::StreamState* stream;
+  gpu::LaunchShape shape;
+  bool mustNotHold;
+  uint32_t paramBytes;
+  alignas(16) uint8_t params[kMaxParamBytes];
+};
+
+// On the launch thread. Its error reaches the tenant as a one-way call's does: deferred.
+void runQueued(QueuedLaunch& q) {
+  session::Tenant& tenant = *q.tenant;
+  q.function->gpu->makeCurrent();
+  ParamPointers params(*q.function, q.params);
+  scheduler::KernelLaunch k = kernelLaunch(tenant, *q.function, *q.stream, q.shape, {q.params, q.paramBytes},
+                                           params.get(), q.mustNotHold);
+  CUresult r = q.policy != nullptr ? q.policy->launch(k) : scheduler::driverLauncher().launchOriginal(k, params.get());
+  if (r == CUDA_SUCCESS) return;
+  if (q.faults != nullptr) r = q.faults->statusFor(tenant.id(), r);
+  if (tenant.deferError(r)) {
+    spdlog::info("tenant {} ({}): one-way launchKernel failed on its launch thread: {}; reported at the tenant's next sync", tenant.id(),
+                 tenant.name(), gpu::describe(r));
+  }
+}
+
+// Whether the launch thread may make this launch: a plain one-way launch of an HP tenant's
+// kernel, on a stream that is not capturing (a capture's order is the session thread's).
+bool queueable(CallContext& ctx, const session::FunctionState& f, const LaunchAttributes& attributes,
+               size_t paramBytes, bool capturing) {
+  return ctx.oneWay() && attributes.count == 0 && !capturing && paramBytes <= QueuedLaunch::kMaxParamBytes &&
+         f.params.size() <= ParamPointers::kInline;
+}
+
+void queue(CallContext& ctx, session::LaunchThread& thread, session::FunctionState& f, session::StreamState& s,
+           const gpu::LaunchShape& shape, capnp::Data::Reader buffer) {
+  QueuedLaunch q;
+  q.policy = ctx.services().policy;
+  q.faults = ctx.services().faults;
+  q.tenant = &ctx.tenant();
+  q.function = &f;
+  q.stream = &s;
+  q.shape = shape;
+  q.mustNotHold = ctx.tenant().awaitsHostFuncs();
+  q.paramBytes = static_cast<uint32_t>(buffer.size());
+  std::memcpy(q.params, buffer.begin(), buffer.size());
+  thread.submit<QueuedLaunch, runQueued>(q);
 }
 
 void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
@@ -138,36 +217,39 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   if (buffer.size() != f->paramBytes) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr || s->gpu != f->gpu) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
-  // The driver copies parameter values at launch; pointers into the message are enough.
-  std::array<void*, 64> inlineParams;
-  std::vector<void*> manyParams;
-  void** params = inlineParams.data();
-  if (f->params.size() > inlineParams.size()) {
-    manyParams.resize(f->params.size());
-    params = manyParams.data();
-  }
-  for (size_t i = 0; i < f->params.size(); ++i) params[i] = const_cast<uint8_t*>(buffer.begin()) + f->params[i].first;
   LaunchAttributes attributes;
   if (CUresult r = launchAttributes(ctx, *f->gpu, args, attributes); r != CUDA_SUCCESS) return ctx.finish(r);
   // The application sized a cooperative grid for every SM of the device: an SM partition could
   // not hold it at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE where it runs natively).
   if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::wholeGpu());
-  scheduler::KernelLaunch k = kernelLaunch(ctx, *f, *s, args, buffer, params);
+  const bool capturing = ctx.tenant().streams().capturing(*s);
+  if (session::LaunchThread* thread = ctx.tenant().launchThread()) {
+    // Asleep, it would take a wake-up to start: this launch is made here, as it wakes for the next.
+    if (queueable(ctx, *f, attributes, buffer.size(), capturing) && !thread->asleep()) {
+      queue(ctx, *thread, *f, *s, shapeOf(args), buffer);
+      return ctx.finish(CUDA_SUCCESS);
+    }
+    if (thread->asleep()) thread->wake();
+    thread->drain();  // made here: after every launch it holds
+  }
+  ParamPointers params(*f, buffer.begin());
+  scheduler::KernelLaunch k = kernelLaunch(ctx.tenant(), *f, *s, shapeOf(args), std::span<const uint8_t>(buffer.begin(), buffer.size()),
+                                           params.get(), ctx.tenant().awaitsHostFuncs());
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
   k.attributes = attributes.view();
   if (!k.attributes.empty()) k.sliced = k.ptb = nullptr;
   scheduler::Policy* policy = ctx.services().policy;
   CUresult r;
-  if (ctx.tenant().streams().capturing(*s)) {
+  if (capturing) {
     // Captured, not run: the graph gets the original kernel. The scheduler's gate, variants and
     // marks (events, stream writes) would be captured too and replayed out of place; graph
     // launches go through the policy instead (graph_api.cc).
-    r = scheduler::driverLauncher().launchOriginal(k, params);
+    r = scheduler::driverLauncher().launchOriginal(k, params.get());
   } else if (policy != nullptr) {
     r = policy->launch(k);
   } else {
-    r = scheduler::driverLauncher().launchOriginal(k, params);
+    r = scheduler::driverLauncher().launchOriginal(k, params.get());
   }
   ctx.finish(r);
 }

@@ -246,7 +246,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   }
   static const std::set<std::string> kKnown = {"listen",         "admin_socket",      "log_level",
                                                "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
-                                               "max_bulk_bytes", "inline_wait_us",    "hp_inline_wait_us",    "poll_us",    "hp_poll_us",    "shared_rings",
+                                               "max_bulk_bytes", "inline_wait_us",    "hp_inline_wait_us",    "poll_us",    "hp_poll_us",    "shared_rings", "hp_launch_thread",
                                                "require_auth",   "tenant",            "transform",
                                                "cache_dir",      "library_dir",       "trace_calls",       "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
@@ -331,7 +331,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   if (!readString(table, "admin_socket", admin, why) || (admin && !parseAdminSocket(*admin, config.adminSocket, why)) ||
       !readConnectionLimits(table, config, why) || !readFaultLimits(table, config, why) || !readBool(table, "require_auth", config.auth.requireAuth, why) ||
       !readBool(table, "allow_anonymous_high_priority", config.auth.allowAnonymousHighPriority, why) ||
-      !readTenants(table, config.auth, why)) {
+      !readBool(table, "hp_launch_thread", config.highPriorityLaunchThread, why) || !readTenants(table, config.auth, why)) {
     error = fmt::format("{}: {}", path, why);
     return false;
   }

@@ -29,6 +29,7 @@ struct Config {
   unsigned highPriorityPollMicros = 20000;
   // Unix-socket tenants' frames go through the shared rings they offer (common/frame/shared_ring.h).
   bool sharedRings = true;
+  bool highPriorityLaunchThread = true;  // hp_launch_thread (session/launch_thread.h)
   // Extra connections a TCP/TLS tenant may open for the bytes of large copies (0-8; 0: none):
   // one thread per side cannot seal, send and open them as fast as several (bulk_lanes.h).
   unsigned bulkLanes = 4;

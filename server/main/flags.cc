@@ -30,6 +30,8 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_flag("--transforms", f.transforms, "priority: run long best-effort kernels as PTB / sliced variants");
   app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (the default)");
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
+  app.add_flag("--no-hp-launch-thread", f.noHpLaunchThread,
+               "HP tenants' launches are made by their session thread too (ablation; hp_launch_thread)");
   app.add_option("--hp-poll-us", f.hpPollMicros, "how long an HP tenant's session thread polls its socket before it sleeps, µs");
   app.add_option("--bulk-lanes", f.bulkLanes, "bulk lanes a TCP/TLS tenant may open for large copies (0-8; 0: none)")
       ->check(CLI::Range(0, 8));
@@ -81,6 +83,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
     }
   }
   if (f.hpPollMicros) config.highPriorityPollMicros = *f.hpPollMicros;
+  if (f.noHpLaunchThread) config.highPriorityLaunchThread = false;
   if (f.bulkLanes) config.bulkLanes = *f.bulkLanes;
   if (f.partitionIdleMillis) sched.partitionIdleMillis = *f.partitionIdleMillis;
   if (f.partitionGate) sched.partitionGate = true;

@@ -24,6 +24,7 @@ struct CommandLine {
   std::optional<unsigned> hpPollMicros;
   std::optional<unsigned> bulkLanes;
   bool gate = false, noGate = false, transforms = false, noTransforms = false, noStreamPriorities = false;
+  bool noHpLaunchThread = false;
   bool partitionGate = false, partitionControl = false;
 };
 

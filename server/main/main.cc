@@ -224,6 +224,7 @@ int run(int argc, char** argv) {
   services.pollMicros = config.pollMicros;
   services.highPriorityPollMicros = config.highPriorityPollMicros;
   services.sharedRings = config.sharedRings;
+  services.highPriorityLaunchThread = config.highPriorityLaunchThread;
   session::LaneRegistry lanes;
   services.lanes = &lanes;
   services.maxBulkLanes = config.bulkLanes;

@@ -236,6 +236,9 @@ bool Session::greet(frame::IncomingFrame& frame, frame::StreamReader& reader) {
     return false;
   }
   tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, gpus, admission->limits);
+  if (admission->priority == PriorityClass::kHigh && services_.highPriorityLaunchThread) {
+    tenant_->startLaunchThread(std::chrono::microseconds(services_.highPriorityPollMicros));
+  }
   if (services_.faults != nullptr) faultEvidence_ = services_.faults->enroll(tenantId_, admission->name);
   rateLimit_ = CallRateLimit(admission->limits.maxCallsPerSecond);
   if (services_.policy != nullptr) {
@@ -327,8 +330,12 @@ bool Session::serve(frame::StreamReader& reader) {
         return false;
       }
       for (auto call : message.getCalls()) {
-        // Only a run of launches is a burst: anything else may wait, or touch a stream's life.
-        if (!call.isLaunchKernel()) endOfBurst();
+        // Only a run of launches is a burst: anything else may wait, or touch a stream's life,
+        // and reaches the driver after the launches the launch thread still holds.
+        if (!call.isLaunchKernel()) {
+          drainLaunches();
+          endOfBurst();
+        }
         throttle();
         auto kind = static_cast<int32_t>(call.which());
         BusyMark busy(tenant_->counters(), kind);
@@ -350,8 +357,15 @@ bool Session::serve(frame::StreamReader& reader) {
     }
     // This thread is about to wait for the client (socket bytes not yet received are not seen;
     // a ring's are, at no cost).
-    if (reader.usesRing() ? !reader.readableNow() : !reader.hasBuffered()) endOfBurst();
+    if (reader.usesRing() ? !reader.readableNow() : !reader.hasBuffered()) {
+      drainLaunches();  // the burst's marks go after its launches
+      endOfBurst();
+    }
   }
+}
+
+void Session::drainLaunches() {
+  if (LaunchThread* launches = tenant_->launchThread()) launches->drain();
 }
 
 void Session::endOfBurst() {
@@ -428,6 +442,7 @@ void Session::run() {
     // The scheduler first lets go of what it holds back for this tenant, so that release()'s
     // stream syncs finish; it frees its own per-tenant state once the streams are gone.
     if (services_.policy != nullptr) services_.policy->tenantEnding(tenant_->id());
+    tenant_->stopLaunchThread();
     BusyMark busy(tenant_->counters(), TenantCounters::kBusyReleasing);
     tenant_->release();
     if (services_.policy != nullptr) services_.policy->tenantReleased(tenant_->id());

@@ -82,6 +82,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<BulkLanes> grantLanes(wire::Hello::Reader hello);
   void throttle();
   void endOfBurst();  // the scheduler's deferred work for this tenant, issued (Policy::endOfBurst)
+  void drainLaunches();  // waits until the tenant's launch thread has made every launch it was given
   // Why the tenant `name` is refused for faulting the GPU too often; empty: it is not.
   std::string quarantineOf(const std::string& name) const;
   // Registers the connection with services_.hangups (0: none).

@@ -101,6 +101,7 @@ StreamState* StreamTable::stream(uint64_t id) {
 }
 
 void StreamTable::joinStreams(StreamState& waiter, StreamState& waited) {
+  if (launches_ != nullptr) launches_->drain();
   cuEventRecord(waited.joinEvent, waited.stream);
   cuStreamWaitEvent(waiter.stream, waited.joinEvent, 0);
 }
@@ -138,6 +139,7 @@ void StreamTable::place(StreamState& s, gpu::Placement p) {
     target = nullptr;
     return;
   }
+  if (launches_ != nullptr) launches_->drain();
   if (s.moveEvent == nullptr && cuEventCreate(&s.moveEvent, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
   if (cuEventRecord(s.moveEvent, s.stream) != CUDA_SUCCESS || cuStreamWaitEvent(target, s.moveEvent, 0) != CUDA_SUCCESS) {
     return;

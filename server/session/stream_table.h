@@ -10,6 +10,7 @@
 #include "server/gpu/sm_partitions.h"
 #include "server/session/count_limit.h"
 #include "server/session/ipc_registry.h"
+#include "server/session/launch_thread.h"
 
 #include <cuda.h>
 
@@ -105,6 +106,9 @@ class StreamTable {
   bool prepareVariants(StreamState& s);
   // Streams the tenant created (what max_streams limits).
   size_t userStreamCount() const;
+  // The tenant's launch thread (launch_thread.h; null: none): joining or moving streams waits
+  // for the launches it still holds, which must reach the driver first.
+  void setLaunchThread(LaunchThread* launches) { launches_ = launches; }
   size_t streamCount() const { return streams_.size(); }
 
   // --- stream capture (graph_table.h keeps the captures themselves) ----------------------
@@ -192,6 +196,7 @@ class StreamTable {
   CountLimit eventLimit_;
   std::atomic<uint32_t>& published_;
   std::optional<bool> band_;
+  LaunchThread* launches_ = nullptr;
   size_t activeCaptures_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<StreamState>> streams_;
   std::unordered_map<uint64_t, uint64_t> defaultEpoch_;  // per device: work count on legacy default

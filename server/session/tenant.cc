@@ -195,9 +195,24 @@ CUresult Tenant::unloadModule(uint64_t id) {
 
 // --- end of tenancy --------------------------------------------------------------------
 
+void Tenant::startLaunchThread(std::chrono::microseconds spin) {
+  launchThread_ = std::make_unique<LaunchThread>(id_, spin);
+  streams_.setLaunchThread(launchThread_.get());
+}
+
+void Tenant::stopLaunchThread() {
+  if (!launchThread_) return;
+  streams_.setLaunchThread(nullptr);
+  launchThread_->drain();
+  uint64_t made = launchThread_->jobsRun();
+  launchThread_.reset();
+  spdlog::debug("tenant {} ({}): its launch thread made {} launches", id_, name_, made);
+}
+
 void Tenant::release() {
   if (released_) return;
   released_ = true;
+  stopLaunchThread();  // its launches reach the driver before the streams are synchronized
   size_t streamCount = streams_.streamCount(), eventCount = streams_.eventCount(), moduleCount = modules_.moduleCount();
   // Host callbacks the client will never run must not hold streams forever.
   hostWaits_->releaseAll();

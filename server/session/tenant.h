@@ -10,7 +10,8 @@
 //  - arrays() (CUDA arrays, texture and surface objects; array_table.h).
 // What spans tables (allocating and freeing, unloading a module with its globals, the host
 // waits, release) is here. A Tenant is used by its session thread only (completion callbacks
-// capture values, never the tenant), so it needs no lock.
+// capture values, never the tenant), so it needs no lock — but for what its launch thread
+// touches while the session thread runs on: the deferred error and the counters (atomics).
 #pragma once
 
 #include "common/metrics/latency_histogram.h"
@@ -20,6 +21,7 @@
 #include "server/session/auth.h"
 #include "server/session/host_mapping_table.h"
 #include "server/session/host_waits.h"
+#include "server/session/launch_thread.h"
 #include "server/session/graph_table.h"
 #include "server/session/library_object_table.h"
 #include "server/session/link_table.h"
@@ -170,16 +172,19 @@ class Tenant {
 
   // --- errors of one-way calls ---------------------------------------------------------
   // Keeps the first error until the next reply takes it; true when `r` is now that error.
+  // Atomic: the launch thread defers its launches' errors while the session thread runs.
   bool deferError(CUresult r) {
-    if (deferred_ != CUDA_SUCCESS) return false;
-    deferred_ = r;
-    return true;
+    CUresult none = CUDA_SUCCESS;
+    return deferred_.compare_exchange_strong(none, r, std::memory_order_acq_rel);
   }
-  CUresult takeDeferredError() {
-    CUresult r = deferred_;
-    deferred_ = CUDA_SUCCESS;
-    return r;
-  }
+  CUresult takeDeferredError() { return deferred_.exchange(CUDA_SUCCESS, std::memory_order_acq_rel); }
+
+  // --- the launch thread (launch_thread.h) ------------------------------------------------
+  // Started at admission for high-priority tenants (hp_launch_thread); null otherwise.
+  void startLaunchThread(std::chrono::microseconds spin);
+  LaunchThread* launchThread() { return launchThread_.get(); }
+  // Runs what it holds and stops it (the session's end, before release()).
+  void stopLaunchThread();
 
   // Waits for the tenant's work, releases host callbacks nobody will run, frees everything.
   void release();
@@ -215,7 +220,8 @@ class Tenant {
   std::shared_ptr<BulkLanes> lanes_;
   std::shared_ptr<gpu::StagingBudget> stagingBudget_;
   std::map<int, size_t> requestedLimits_;
-  CUresult deferred_ = CUDA_SUCCESS;
+  std::atomic<CUresult> deferred_{CUDA_SUCCESS};
+  std::unique_ptr<LaunchThread> launchThread_;
   std::shared_ptr<std::atomic<int>> queuedNotices_ = std::make_shared<std::atomic<int>>(0);
   bool released_ = false;
 };

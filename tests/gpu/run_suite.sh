@@ -22,6 +22,8 @@
 #                          GPU_SUITE_TALLYD_ARGS="--policy priority --gate --transform stress",
 #                          or with "--sm-partition 24:overlap,40 --hp-p99-budget 2x": the
 #                          scheduler's GPU tests; plain "--policy priority" is stream priorities only)
+#   GPU_SUITE_CLIENT_PRIORITY=high  the single (UDS, TCP) runs as high-priority tenants (their
+#                          launches then go through tallyd's launch threads; default best-effort)
 #   GPU_SUITE_PAIR_SKIP="host_threads"  programs left out of the pairs, with a printed reason
 #   GPU_SUITE_UDS_ONLY="host_register managed_memory graph_host_nodes"  programs not run over TCP,
 #                          with a printed reason (device pointers of registered host memory, managed
@@ -49,7 +51,7 @@ UDS_ONLY=${GPU_SUITE_UDS_ONLY-host_register managed_memory graph_host_nodes}
 ALL_PROGRAMS=(
   vector_add reduction_atomics grids_2d_3d dynamic_smem templates_structs symbols
   streams_events pinned_async host_threads driver_ptx error_cases memcpy_2d
-  host_callbacks coop_launch_ex device_query large_transfers bulk_copies warp_ops kernel_printf
+  host_callbacks coop_launch_ex device_query large_transfers bulk_copies launch_order warp_ops kernel_printf
   stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding cufft_forwarding driver_contexts
   stream_memory_ops graph_explicit jit_link textures_surfaces visible_devices host_register managed_memory
   library_management graph_host_nodes per_thread_stream static_runtime
@@ -233,7 +235,7 @@ client_cmd() {
   local prog=$1 transport=$2 tenant=$3
   CMD=(timeout -k 10 "$RUN_TIMEOUT")
   if [[ $HIDE -eq 1 ]]; then CMD+=(unshare -m bash -c "$HIDE_SCRIPT" bash "$TMPD/olddev"); fi
-  local priority=best-effort
+  local priority=${GPU_SUITE_CLIENT_PRIORITY:-best-effort}
   [[ $transport == *-hp ]] && priority=high
   CMD+=(env "LD_PRELOAD=$CLIENT_LIB" "TALLY_SERVER=$(transport_url "$transport")" "TALLY_TENANT=$tenant"
         "TALLY_PRIORITY=$priority")

@@ -22,6 +22,8 @@
 #   PYTORCH_SUITE_PYTHON=python3 interpreter with torch, torchvision, transformers
 #   PYTORCH_SUITE_OUT=FILE       also write a JSON summary there
 #   PYTORCH_SUITE_TALLYD_ARGS    extra tallyd options, e.g. "--policy priority"
+#   PYTORCH_SUITE_PRIORITY=high  the single runs as high-priority tenants (default best-effort; over
+#                                TCP tallyd must then allow it, e.g. allow_anonymous_high_priority)
 #   PYTORCH_SUITE_NATIVE_TWICE=1 run each case natively twice and require identical results
 #   PYTORCH_SUITE_FLOOR_RTOL=0 PYTORCH_SUITE_FLOOR_ATOL=0  diagnosis only: minimum tolerance of every step
 #   PYTORCH_SUITE_SMI_CASE=tensor_ops  case whose UDS run is watched with nvidia-smi ("" = none)
@@ -166,7 +168,7 @@ header() { sed -n "1,40s/^# suite-$1: *//p" "$HERE/cases/$2.py"; }
 # run_case <case> <transport> [priority]: runs it in the foreground; writes runs/<case>.<transport>
 # .out/.err/.rc/.secs (files, so that it can also run in the background).
 run_case() {
-  local case=$1 transport=$2 priority=${3:-best-effort}
+  local case=$1 transport=$2 priority=${3:-${PYTORCH_SUITE_PRIORITY:-best-effort}}
   local base=$RUNS/$case.$transport cache=$TMPD/cache/$case.$transport limit
   limit=$(header timeout "$case" | head -n 1)
   limit=${limit:-$DEFAULT_TIMEOUT}

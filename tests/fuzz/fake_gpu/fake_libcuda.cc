@@ -13,7 +13,8 @@
 //    outstanding (cuMemPoolTrimTo keeps it) until a synchronize of its stream (FakePool);
 //  - a kernel launch reads every parameter at the size cuFuncGetParamInfo reported for it, as
 //    the real driver copies them, so a short parameter buffer is an overread; a kernel whose name
-//    starts with "add" adds 1 to the u32 its first parameter points at (graph replays show);
+//    starts with "add" adds 1 to the u32 its first parameter points at (graph replays show), and
+//    one whose name starts with "fail" is refused (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
 //  - stream capture records work as graph nodes instead of doing it (kernels, copies, memsets),
 //    a graph launch does its nodes in order; a sync or query of a capturing stream is refused
 //    and invalidates the capture, as the driver does. tallyFakeLiveGraphs() counts graphs and
@@ -333,6 +334,7 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
     return CUDA_SUCCESS;
   }
   if (CUresult r = readParams(f, params); r != CUDA_SUCCESS) return r;
+  if (reinterpret_cast<FakeFunction*>(f)->name.rfind("fail", 0) == 0) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   runKernel(f, params);
   return CUDA_SUCCESS;
 }

@@ -96,11 +96,18 @@ TEST_F(ConfigFile, DefaultsKeepTodaysBehaviour) {
   EXPECT_FALSE(config_.auth.requireAuth);
   EXPECT_TRUE(config_.auth.tenants.empty());
   EXPECT_TRUE(config_.sharedRings);
+  EXPECT_TRUE(config_.highPriorityLaunchThread);
 }
 
 TEST_F(ConfigFile, SharedRingsCanBeTurnedOff) {
   ASSERT_TRUE(load("shared_rings = false\n")) << error_;
   EXPECT_FALSE(config_.sharedRings);
+}
+
+TEST_F(ConfigFile, LaunchThreadsCanBeTurnedOff) {
+  ASSERT_TRUE(load("hp_launch_thread = false\n")) << error_;
+  EXPECT_FALSE(config_.highPriorityLaunchThread);
+  EXPECT_FALSE(load("hp_launch_thread = \"no\"\n")) << "a string where a bool belongs was accepted";
 }
 
 TEST_F(ConfigFile, UidOnlyTenantDefaultsToAnyPriority) {
