@@ -16,10 +16,10 @@ find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {}
 for tool in tally_microbench implicit_sync_probe fault_probe coredump_probe green_ctx_probe small_read_probe launch_probe socket_floor_probe; do
   [[ -x $BUILD/bench/$tool ]] && cp "$BUILD/bench/$tool" "$OUTDIR/build/bench/"
 done
-if [[ -d $BUILD/bench/isolation ]]; then
-  mkdir -p "$OUTDIR/build/bench/isolation"
-  cp "$BUILD"/bench/isolation/{hp_infer,be_train_ptx,be_train_sass,green_split} "$OUTDIR/build/bench/isolation/"
-fi
+mkdir -p "$OUTDIR/build/bench/isolation"
+for tool in hp_infer be_train_ptx be_train_sass green_split; do
+  [[ -x $BUILD/bench/isolation/$tool ]] && cp "$BUILD/bench/isolation/$tool" "$OUTDIR/build/bench/isolation/"
+done
 if [[ -x $BUILD/bench/netdelay/delay_proxy ]]; then
   mkdir -p "$OUTDIR/build/bench/netdelay" && cp "$BUILD/bench/netdelay/delay_proxy" "$OUTDIR/build/bench/netdelay/"
 fi

@@ -114,8 +114,10 @@ class CallContext {
   const std::shared_ptr<session::BulkLanes>& replyLanes() const { return replyLanes_; }
   void setReplyLanes(std::shared_ptr<session::BulkLanes> lanes) { replyLanes_ = std::move(lanes); }
   int takeFd() { return reader_.takeFd(); }
-  // The tenant has sent more than this call (bytes buffered or waiting in its socket).
+  // The tenant has sent more than this call (later calls of its message, bytes buffered or
+  // waiting in its ring or socket).
   bool moreCallsWaiting() const;
+  void setMoreInFrame(bool more) { moreInFrame_ = more; }
   // Set when the call proved the peer broken or hostile; the session then drops it.
   void protocolError(std::string why) { protocolError_ = std::move(why); }
   const std::string& protocolErrorText() const { return protocolError_; }
@@ -124,6 +126,7 @@ class CallContext {
   session::Tenant& tenant_;
   std::shared_ptr<session::Outbox> outbox_;
   frame::StreamReader& reader_;
+  bool moreInFrame_ = false;
   uint32_t& bulkLeft_;
   uint64_t callId_;
   ApiServices& services_;

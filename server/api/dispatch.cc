@@ -51,7 +51,7 @@ std::string callName(wire::Call::Which kind) {
 
 CUresult CallContext::reported(CUresult status) { return StatusView{services_.faults, tenant_.id()}(status); }
 
-bool CallContext::moreCallsWaiting() const { return reader_.readableNow(); }
+bool CallContext::moreCallsWaiting() const { return moreInFrame_ || reader_.readableNow(); }
 
 void CallContext::finish(CUresult status, const ReplyFiller& fill) {
   if (override_ != CUDA_SUCCESS) status = override_;
@@ -345,6 +345,7 @@ std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
   ctx.setFaultEvidence(in.evidence);
   ctx.setKind(in.call.which());
+  ctx.setMoreInFrame(in.moreInFrame);
   const bool launches = in.call.isLaunchKernel() || in.call.isGraphLaunch();
   if (in.evidence && launches) {
     in.evidence->noteLaunch();

@@ -224,12 +224,16 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::wholeGpu());
   const bool capturing = ctx.tenant().streams().capturing(*s);
   if (session::LaunchThread* thread = ctx.tenant().launchThread()) {
-    // Asleep, it would take a wake-up to start: this launch is made here, as it wakes for the next.
-    if (queueable(ctx, *f, attributes, buffer.size(), capturing) && !thread->asleep()) {
+    // Handed over only while more calls wait behind it: that is when reading them overlaps the
+    // driver call. The last launch of a burst (a sync likely follows) is made here, without a
+    // hand-off between threads; so is one that finds the thread asleep, which then wakes for
+    // the rest of the burst.
+    const bool burst = queueable(ctx, *f, attributes, buffer.size(), capturing) && ctx.moreCallsWaiting();
+    if (burst && !thread->asleep()) {
       queue(ctx, *thread, *f, *s, shapeOf(args), buffer);
       return ctx.finish(CUDA_SUCCESS);
     }
-    if (thread->asleep()) thread->wake();
+    if (burst) thread->wake();
     thread->drain();  // made here: after every launch it holds
   }
   ParamPointers params(*f, buffer.begin());

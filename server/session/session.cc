@@ -329,7 +329,9 @@ bool Session::serve(frame::StreamReader& reader) {
         spdlog::warn("tenant {} ({}) dropped: unexpected message after the handshake", tenantId_, tenant_->name());
         return false;
       }
-      for (auto call : message.getCalls()) {
+      auto calls = message.getCalls();
+      for (unsigned i = 0; i < calls.size(); ++i) {
+        auto call = calls[i];
         // Only a run of launches is a burst: anything else may wait, or touch a stream's life,
         // and reaches the driver after the launches the launch thread still holds.
         if (!call.isLaunchKernel()) {
@@ -340,7 +342,8 @@ bool Session::serve(frame::StreamReader& reader) {
         auto kind = static_cast<int32_t>(call.which());
         BusyMark busy(tenant_->counters(), kind);
         trace::recordCall(tenantId_, call.getId(), kind, trace::Stage::kRead);
-        if (std::string why = services_.calls->run({*tenant_, outbox_, reader, bulkLeft, call, faultEvidence_});
+        if (std::string why = services_.calls->run({*tenant_, outbox_, reader, bulkLeft, call, faultEvidence_,
+                                                    i + 1 < calls.size()});
             !why.empty()) {
           spdlog::warn("tenant {} ({}) dropped: {}", tenantId_, tenant_->name(), why);
           return false;

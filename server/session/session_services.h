@@ -32,6 +32,7 @@ struct IncomingCall {
   uint32_t& bulkLeft;                         // ... and how many of them no call has taken yet
   wire::Call::Reader call;
   const std::shared_ptr<gpu::FaultEvidence>& evidence;  // null without a fault monitor
+  bool moreInFrame = false;                   // calls of the same message follow this one
 };
 
 class CallHandler {
