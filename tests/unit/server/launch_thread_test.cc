@@ -58,11 +58,12 @@ TEST_F(LaunchThreadTest, FullRingHoldsTheProducerBack) {
   g_hold = true;
   thread.submit<Numbered, runNumbered>({0, true});
   while (g_holding.load() == 0) std::this_thread::sleep_for(100us);
-  // The first job runs (held); the ring takes kSlots more; the next submit must wait.
-  for (uint64_t i = 1; i <= LaunchThread::kSlots; ++i) thread.submit<Numbered, runNumbered>({i, false});
+  // The first job runs (held) and keeps its slot until it is done; the ring takes kSlots - 1
+  // more; the next submit must wait.
+  for (uint64_t i = 1; i < LaunchThread::kSlots; ++i) thread.submit<Numbered, runNumbered>({i, false});
   std::atomic<bool> lastQueued{false};
   std::thread producer([&] {
-    thread.submit<Numbered, runNumbered>({LaunchThread::kSlots + 1, false});
+    thread.submit<Numbered, runNumbered>({LaunchThread::kSlots, false});
     lastQueued = true;
   });
   std::this_thread::sleep_for(20ms);
@@ -72,7 +73,7 @@ TEST_F(LaunchThreadTest, FullRingHoldsTheProducerBack) {
   producer.join();
   EXPECT_TRUE(lastQueued.load());
   thread.drain();
-  ASSERT_EQ(g_ran.size(), LaunchThread::kSlots + 2);
+  ASSERT_EQ(g_ran.size(), LaunchThread::kSlots + 1);
   for (uint64_t i = 0; i < g_ran.size(); ++i) EXPECT_EQ(g_ran[i], i);
 }
 
