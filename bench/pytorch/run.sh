@@ -22,6 +22,8 @@
 #
 # Environment: TORCH_BENCH_MODES ["native uds tcp"], TORCH_BENCH_PYTHON [python3],
 #   TORCH_BENCH_TALLYD_ARGS (extra tallyd options, e.g. "--policy priority"),
+#   TORCH_BENCH_PRIORITY [best-effort] (the clients' TALLY_PRIORITY; "high" over TCP needs a
+#   tallyd that allows it, e.g. --config with allow_anonymous_high_priority = true),
 #   TORCH_BENCH_NO_HIDE=1 (debugging: clients see the GPU), TORCH_BENCH_CONFIG_TIMEOUT_S [300]
 #   (hard limit per mode, above torch_bench.py's own TORCH_BENCH_DEADLINE_S [240]),
 #   and the TORCH_BENCH_* knobs of torch_bench.py.
@@ -118,7 +120,7 @@ for mode in $MODES; do
       start_proxy "${mode#delay}" || { failed=1; continue; }
       url="tcp://127.0.0.1:$PROXY_PORT"
     fi
-    tl_client_env "$CLIENT_LIB" "$url" "torch-bench-$mode" best-effort "$TMPD/libcuda"
+    tl_client_env "$CLIENT_LIB" "$url" "torch-bench-$mode" "${TORCH_BENCH_PRIORITY:-best-effort}" "$TMPD/libcuda"
     cmd=()
     [[ $TL_HIDE -eq 1 ]] && cmd=(unshare -m bash -c "$TL_HIDE_SCRIPT" bash "$TL_OLDDEV")
     cmd+=(env "${common[@]}" "${TL_CLIENT_ENV[@]}")
