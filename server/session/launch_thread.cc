@@ -43,15 +43,18 @@ LaunchThread::~LaunchThread() {
   thread_.join();
 }
 
+template <typename Ready>
+void LaunchThread::awaitDone(Ready ready) {
+  if (spinUntil([&] { return ready(done_.load(std::memory_order_acquire)); }, spin_)) return;
+  drainWaits_.store(true, std::memory_order_seq_cst);
+  for (uint64_t done; !ready(done = done_.load(std::memory_order_seq_cst));) done_.wait(done);
+  drainWaits_.store(false, std::memory_order_relaxed);
+}
+
 LaunchThread::Slot& LaunchThread::reserve() {
   const uint64_t head = head_.load(std::memory_order_relaxed);
   // Full: the driver is slower than the tenant's stream of launches; wait for a slot.
-  if (head - done_.load(std::memory_order_acquire) >= kSlots) {
-    spinUntil([&] { return head - done_.load(std::memory_order_acquire) < kSlots; }, spin_);
-    drainWaits_.store(true, std::memory_order_seq_cst);
-    for (uint64_t done; head - (done = done_.load(std::memory_order_seq_cst)) >= kSlots;) done_.wait(done);
-    drainWaits_.store(false, std::memory_order_relaxed);
-  }
+  awaitDone([head](uint64_t done) { return head - done < kSlots; });
   return slots_[head % kSlots];
 }
 
@@ -67,10 +70,7 @@ void LaunchThread::wake() {
 
 void LaunchThread::drain() {
   const uint64_t head = head_.load(std::memory_order_relaxed);
-  if (spinUntil([&] { return done_.load(std::memory_order_acquire) == head; }, spin_)) return;
-  drainWaits_.store(true, std::memory_order_seq_cst);
-  for (uint64_t done; (done = done_.load(std::memory_order_seq_cst)) != head;) done_.wait(done);
-  drainWaits_.store(false, std::memory_order_relaxed);
+  awaitDone([head](uint64_t done) { return done == head; });
 }
 
 uint64_t LaunchThread::awaitWork(uint64_t done) {

@@ -6,9 +6,11 @@
 // would natively. With this thread, the session thread checks launch N+1 while this one makes
 // launch N's driver call, so a stream of launches costs the driver call alone.
 //
-// Order: the session thread hands over launches only, and waits for this thread to be idle
-// (drain) before anything else it does for the tenant — another call, a join of streams, an
-// end-of-burst mark — so the driver still sees the tenant's work in the order it was sent.
+// Order: the session thread hands over launches only, and only those with more calls already
+// waiting behind them (api/launch_api.cc: the last launch of a burst, usually followed by a sync,
+// is cheaper made without a hand-off). It waits for this thread to be idle (drain) before
+// anything else it does for the tenant — another call, a join of streams, an end-of-burst mark —
+// so the driver still sees the tenant's work in the order it was sent.
 //
 // Jobs are plain bytes copied into a fixed ring (no allocation per launch). One producer (the
 // session thread), one consumer (this thread). Both sides spin for `spin` before they sleep on a
@@ -64,6 +66,9 @@ class LaunchThread {
 
   Slot& reserve();
   void publish();
+  // Session thread: spins, then sleeps, until ready(jobs run) holds.
+  template <typename Ready>
+  void awaitDone(Ready ready);
   void loop();
   // Spins, then sleeps, until head_ passes `done`; returns head_.
   uint64_t awaitWork(uint64_t done);
@@ -75,7 +80,7 @@ class LaunchThread {
   std::atomic<uint64_t> done_{0};  // jobs run (written by this thread)
   std::atomic<uint32_t> wakeups_{0};  // what a sleeping launch thread waits on (futex word)
   std::atomic<bool> sleeping_{false};
-  std::atomic<bool> drainWaits_{false};
+  std::atomic<bool> drainWaits_{false};  // the session thread sleeps on done_ (drain, a full ring)
   std::thread thread_;
 };
 

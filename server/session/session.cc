@@ -445,7 +445,6 @@ void Session::run() {
     // The scheduler first lets go of what it holds back for this tenant, so that release()'s
     // stream syncs finish; it frees its own per-tenant state once the streams are gone.
     if (services_.policy != nullptr) services_.policy->tenantEnding(tenant_->id());
-    tenant_->stopLaunchThread();
     BusyMark busy(tenant_->counters(), TenantCounters::kBusyReleasing);
     tenant_->release();
     if (services_.policy != nullptr) services_.policy->tenantReleased(tenant_->id());
