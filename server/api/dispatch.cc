@@ -221,7 +221,7 @@ scheduler::OpaqueWork opaqueWork(CallContext& ctx, gpu::Gpu& g) {
   scheduler::OpaqueWork w;
   w.tenant = ctx.tenant().id();
   w.highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
-  w.mustNotHold = ctx.tenant().awaitsHostFuncs();
+  w.mustNotHold = ctx.tenant().mustNotBeHeld();
   w.gpu = &g;
   w.held = &ctx.tenant().counters().held;
   return w;

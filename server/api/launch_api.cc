@@ -204,7 +204,7 @@ void queue(CallContext& ctx, session::LaunchThread& thread, session::FunctionSta
   q.function = &f;
   q.stream = &s;
   q.shape = shape;
-  q.mustNotHold = ctx.tenant().awaitsHostFuncs();
+  q.mustNotHold = ctx.tenant().mustNotBeHeld();
   q.paramBytes = static_cast<uint32_t>(buffer.size());
   std::memcpy(q.params, buffer.begin(), buffer.size());
   thread.submit<QueuedLaunch, runQueued>(q);
@@ -238,7 +238,7 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   }
   ParamPointers params(*f, buffer.begin());
   scheduler::KernelLaunch k = kernelLaunch(ctx.tenant(), *f, *s, shapeOf(args), std::span<const uint8_t>(buffer.begin(), buffer.size()),
-                                           params.get(), ctx.tenant().awaitsHostFuncs());
+                                           params.get(), ctx.tenant().mustNotBeHeld());
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
   k.attributes = attributes.view();

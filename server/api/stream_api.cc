@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <atomic>
 #include <string>
 #include <vector>
@@ -238,9 +240,13 @@ CUresult enqueueOneMemOp(const gpu::MemOpKernels& kernels, CUstream stream, CUst
   return enqueueMemOps(stream, one);
 }
 
+bool isWait(const CUstreamBatchMemOpParams& p) {
+  return p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 || p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+}
+
 bool touchesPoolMemory(const std::vector<CUstreamBatchMemOpParams>& ops) {
   for (const CUstreamBatchMemOpParams& p : ops) {
-    bool wait = p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 || p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    bool wait = isWait(p);
     bool write = p.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 || p.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
     if ((wait && gpu::isPoolMemory(p.waitValue.address)) || (write && gpu::isPoolMemory(p.writeValue.address))) {
       return true;
@@ -251,7 +257,7 @@ bool touchesPoolMemory(const std::vector<CUstreamBatchMemOpParams>& ops) {
 
 // Checked whole before anything is enqueued: a refused batch runs none of its operations.
 void streamMemOps(CallContext& ctx, wire::StreamMemOps::Reader args) {
-  const session::Tenant& t = ctx.tenant();
+  session::Tenant& t = ctx.tenant();
   auto ops = args.getOps();
   if (ops.size() == 0 || ops.size() > stream::kMaxBatchMemOps) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   std::vector<CUstreamBatchMemOpParams> params;
@@ -264,6 +270,7 @@ void streamMemOps(CallContext& ctx, wire::StreamMemOps::Reader args) {
     }
     params.push_back(driverMemOp(op));
   }
+  if (std::any_of(params.begin(), params.end(), isWait)) t.noteStreamWaits();
   session::StreamState* s = streamForWork(ctx, args.getStream());
   if (s == nullptr) return ctx.finish(CUDA_ERROR_INVALID_HANDLE);
   CUresult r = CUDA_SUCCESS;

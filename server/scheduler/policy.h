@@ -58,8 +58,9 @@ struct SchedulerConfig {
 struct KernelLaunch {
   uint64_t tenant = 0;
   bool highPriority = false;
-  // The tenant's thread must stay free (it owes the GPU a host callback's completion): the
-  // launch may not be held back waiting for HP to go idle.
+  // The tenant's thread must stay free (it owes the GPU a host callback's completion, or its
+  // streams wait on words it may write later: Tenant::mustNotBeHeld): the launch may not be
+  // held back waiting for HP to go idle.
   bool mustNotHold = false;
   uint64_t streamId = 0;  // the tenant's stream id (stable while the tenant lives)
   gpu::Gpu* gpu = nullptr;

@@ -158,6 +158,13 @@ class Tenant {
   void noteHostFuncAwaited() { ++hostFuncsAwaited_; }
   void noteHostFuncsDone(uint32_t count) { hostFuncsAwaited_ -= std::min(count, hostFuncsAwaited_); }
   bool awaitsHostFuncs() const { return hostFuncsAwaited_ > 0; }
+  // A stream of this tenant waited on a word (cuStreamWaitValue*): the write it waits for may
+  // come with the tenant's later calls, and a parked stream can hold a hardware queue that HP's
+  // work is behind.
+  void noteStreamWaits() { streamWaits_ = true; }
+  // Whether the scheduler must never hold this tenant's next work back until HP is idle: it owes
+  // the GPU a host callback's completion, or it made streams wait on words it may write later.
+  bool mustNotBeHeld() const { return awaitsHostFuncs() || streamWaits_; }
 
   // The pinned staging this tenant's copies may hold at once (staging_pool.h).
   const std::shared_ptr<gpu::StagingBudget>& stagingBudget() const { return stagingBudget_; }
@@ -216,6 +223,7 @@ class Tenant {
   LinkTable links_;
   ArrayTable arrays_;
   uint32_t hostFuncsAwaited_ = 0;
+  bool streamWaits_ = false;
   std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
   std::shared_ptr<BulkLanes> lanes_;
   std::shared_ptr<gpu::StagingBudget> stagingBudget_;
