@@ -8,6 +8,10 @@ import glob
 import json
 import os
 import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import microbench_json  # noqa: E402
 
 
 def load(out_dir):
@@ -16,12 +20,8 @@ def load(out_dir):
         m = re.fullmatch(r"(native|tcp-\d+|tls-\d+)-(\d+)\.json", os.path.basename(path))
         if not m:
             continue
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    d = json.loads(line)
-                    runs[(m.group(1), d["bench"], d["size"])].append(d["median"])
+        for d in microbench_json.measurements(path):
+            runs[(m.group(1), d["bench"], d["size"])].append(d["median"])
     return runs
 
 

@@ -16,6 +16,10 @@ import re
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import markdown_region  # noqa: E402
+import microbench_json  # noqa: E402
+
 
 def load(dirs):
     rounds = {}  # (dir, round) -> {mode: us per launch}
@@ -24,14 +28,9 @@ def load(dirs):
             m = re.match(r"rate-(.+)-(\d+)\.json$", os.path.basename(path))
             if not m:
                 continue
-            with open(path) as f:
-                for line in f:
-                    line = line.strip()
-                    if not line.startswith("{"):
-                        continue
-                    r = json.loads(line)
-                    if r.get("bench") == "launch_async":
-                        rounds.setdefault((d, int(m.group(2))), {})[m.group(1)] = r["median"]
+            for r in microbench_json.measurements(path):
+                if r.get("bench") == "launch_async":
+                    rounds.setdefault((d, int(m.group(2))), {})[m.group(1)] = r["median"]
     return rounds
 
 
@@ -61,12 +60,8 @@ def markdown(summary, rounds):
 
 
 def plot(summary, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("report.py: no matplotlib; plot skipped", file=sys.stderr)
+    plt = markdown_region.pyplot("report.py")
+    if plt is None:
         return
     modes = [m for m in summary if m != "native"]
     fig, ax = plt.subplots(figsize=(6, 3.2))
