@@ -60,6 +60,15 @@ std::vector<server::gpu::Gpu*> openGpus() {
 
 // What tallyd shares between tenants, built once per policy as server/main builds it.
 struct Server {
+  static std::unique_ptr<server::scheduler::Policy> makePolicy(const std::string& name) {
+    std::string error;
+    server::scheduler::SchedulerConfig config;
+    config.policy = name;
+    auto made = server::scheduler::makePolicy(config, openGpus(), error);
+    if (!made) throw std::runtime_error("no policy: " + error);
+    return made;
+  }
+
   server::gpu::ModuleStore modules{16u << 20};
   std::unique_ptr<server::scheduler::Policy> policy;
   ApiServices apiServices;
@@ -68,14 +77,10 @@ struct Server {
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> nextTenant{1};
 
-  explicit Server(const std::string& policyName) {
+  explicit Server(const std::string& policyName) : Server(makePolicy(policyName)) {}
+  explicit Server(std::unique_ptr<server::scheduler::Policy> chosen) : policy(std::move(chosen)) {
     spdlog::set_level(spdlog::level::warn);
     services.gpus = openGpus();
-    std::string error;
-    server::scheduler::SchedulerConfig config;
-    config.policy = policyName;
-    policy = server::scheduler::makePolicy(config, services.gpus, error);
-    if (!policy) throw std::runtime_error("no policy: " + error);
     apiServices.gpus = services.gpus;
     apiServices.modules = &modules;
     services.policy = apiServices.policy = policy.get();
@@ -92,6 +97,43 @@ Server& server() {
 
 [[maybe_unused]] Server& priorityServer() {
   static auto* s = new Server("priority");
+  return *s;
+}
+
+// Passthrough, noting what each kernel launch asked of the scheduler.
+class RecordingPolicy final : public server::scheduler::Policy {
+ public:
+  const char* name() const override { return "recording"; }
+  std::optional<int> streamPriority(bool, const server::gpu::Gpu&) const override { return std::nullopt; }
+  server::gpu::Placement placement(bool, server::gpu::Gpu&) override { return server::gpu::Placement::wholeGpu(); }
+  void observeHpWait(server::gpu::Gpu&, uint64_t, double) override {}
+  unsigned smsKeptFromBestEffort(server::gpu::Gpu&) override { return 0; }
+  CUresult launch(const server::scheduler::KernelLaunch& k) override {
+    mustNotHold.push_back(k.mustNotHold);
+    server::scheduler::ParameterPointers params(k);
+    return server::scheduler::driverLauncher().launchOriginal(k, params.get());
+  }
+  CUresult runOpaque(const server::scheduler::OpaqueWork& w) override {
+    CUstream used = nullptr;
+    return w.enqueue(used);
+  }
+  void afterWork(uint64_t, bool, uint64_t, server::gpu::Gpu&, CUstream) override {}
+  void endOfBurst(uint64_t) override {}
+  void tenantEnding(uint64_t) override {}
+  void tenantReleased(uint64_t) override {}
+  std::string summary() const override { return "recording"; }
+
+  std::vector<bool> mustNotHold;  // per launch, in order (one tenant at a time)
+};
+
+[[maybe_unused]] Server& recordingServer(RecordingPolicy*& recording) {
+  static RecordingPolicy* policy = nullptr;
+  static auto* s = [] {
+    auto owned = std::make_unique<RecordingPolicy>();
+    policy = owned.get();
+    return new Server(std::move(owned));
+  }();
+  recording = policy;
   return *s;
 }
 

@@ -531,6 +531,27 @@ TEST(GraphSession, ATenantLeavingMidCaptureLeavesNoGraphBehind) {
 
 // --- the scheduler ----------------------------------------------------------------------------------
 
+// A stream that waited on a word may need this tenant's later calls to go on (the write it waits
+// for), and a parked stream can hold a hardware queue HP's work is behind: from then on, the
+// tenant's launches must never be held back until HP is idle.
+TEST(GraphSession, AStreamWaitMakesTheTenantsLaunchesUnholdable) {
+  RecordingPolicy* recording = nullptr;
+  Server& s = recordingServer(recording);
+  Tenant t(s);
+  uint64_t words = t.prepare();
+  recording->mustNotHold.clear();
+  t.launchAdd(kStream, words + 16);
+  t.writeValue32(kStream, words, 5);
+  t.launchAdd(kStream, words + 16);  // a write is no wait
+  t.memOp(kStream, CU_STREAM_MEM_OP_WAIT_VALUE_32, words, 5, CU_STREAM_WAIT_VALUE_GEQ);  // already true
+  t.launchAdd(kStream, words + 16);
+  Answer synced = t.synchronize(kStream);
+  EXPECT_EQ(synced.status, CUDA_SUCCESS);
+  EXPECT_EQ(synced.deferred, CUDA_SUCCESS);
+  EXPECT_EQ(recording->mustNotHold, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(t.read(words + 16), 3u);
+}
+
 TEST(GraphSession, HighPriorityAndBestEffortTenantsCaptureUnderThePriorityPolicy) {
   Server& s = priorityServer();
   Tenant hp(s, wire::PriorityClass::HIGH_PRIORITY);
