@@ -87,7 +87,8 @@ void probe(const Kernel& k, cudaStream_t s, float* buffers) {
   auto runtime = [&] { CHECK(cudaLaunchKernel(k.runtimeSymbol, dim3(1), dim3(32), argv, 0, s)); };
   auto driver = [&] { CHECK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, reinterpret_cast<CUstream>(s), argv, nullptr)); };
   auto buffer = [&] {
-    CHECK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, reinterpret_cast<CUstream>(s), nullptr, k.args > 0 ? extra : nullptr));
+    void** packed = k.args > 0 ? extra : nullptr;
+    CHECK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, reinterpret_cast<CUstream>(s), nullptr, packed));
   };
   for (int i = 0; i < 2000; ++i) runtime();  // warm-up
   report("runtime_first", k.args, timeBatches(runtime, 256, 40, s));

@@ -182,8 +182,9 @@ void runQueued(QueuedLaunch& q) {
   if (r == CUDA_SUCCESS) return;
   if (q.faults != nullptr) r = q.faults->statusFor(tenant.id(), r);
   if (tenant.deferError(r)) {
-    spdlog::info("tenant {} ({}): one-way launchKernel failed on its launch thread: {}; reported at the tenant's next sync", tenant.id(),
-                 tenant.name(), gpu::describe(r));
+    spdlog::info("tenant {} ({}): one-way launchKernel failed on its launch thread: {}; reported at the tenant's "
+                 "next sync",
+                 tenant.id(), tenant.name(), gpu::describe(r));
   }
 }
 
@@ -237,8 +238,9 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
     thread->drain();  // made here: after every launch it holds
   }
   ParamPointers params(*f, buffer.begin());
-  scheduler::KernelLaunch k = kernelLaunch(ctx.tenant(), *f, *s, shapeOf(args), std::span<const uint8_t>(buffer.begin(), buffer.size()),
-                                           params.get(), ctx.tenant().mustNotBeHeld());
+  scheduler::KernelLaunch k = kernelLaunch(ctx.tenant(), *f, *s, shapeOf(args),
+                                           std::span<const uint8_t>(buffer.begin(), buffer.size()), params.get(),
+                                           ctx.tenant().mustNotBeHeld());
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
   k.attributes = attributes.view();
