@@ -236,7 +236,10 @@ bool Session::greet(frame::IncomingFrame& frame, frame::StreamReader& reader) {
     return false;
   }
   tenant_ = std::make_unique<Tenant>(tenantId_, admission->name, admission->priority, gpus, admission->limits);
-  if (admission->priority == PriorityClass::kHigh && services_.highPriorityLaunchThread) {
+  // A launch thread that may not spin would sleep after every launch and cost a wake-up for the
+  // next one: with hp_poll_us = 0 the session thread makes the launches itself.
+  if (admission->priority == PriorityClass::kHigh && services_.highPriorityLaunchThread &&
+      services_.highPriorityPollMicros > 0) {
     tenant_->startLaunchThread(std::chrono::microseconds(services_.highPriorityPollMicros));
   }
   if (services_.faults != nullptr) faultEvidence_ = services_.faults->enroll(tenantId_, admission->name);
