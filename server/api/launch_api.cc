@@ -106,10 +106,10 @@ gpu::LaunchShape shapeOf(wire::LaunchKernel::Reader args) {
   return shape;
 }
 
-// What the scheduler needs of one launch. `params` points into `buffer`, one per parameter.
+// What the scheduler needs of one launch; the parameter pointers into `buffer` are made by
+// scheduler::ParameterPointers.
 scheduler::KernelLaunch kernelLaunch(session::Tenant& tenant, session::FunctionState& f, session::StreamState& s,
-                                     const gpu::LaunchShape& shape, std::span<const uint8_t> buffer, void** params,
-                                     bool mustNotHold) {
+                                     const gpu::LaunchShape& shape, std::span<const uint8_t> buffer, bool mustNotHold) {
   auto& counters = tenant.counters();
   scheduler::KernelLaunch k;
   k.tenant = tenant.id();
@@ -125,7 +125,6 @@ scheduler::KernelLaunch kernelLaunch(session::Tenant& tenant, session::FunctionS
   k.shape = shape;
   k.paramBuffer = buffer;
   k.paramLayout = &f.params;
-  k.paramPointers = params;
   k.slicedLaunches = &counters.slicedLaunches;
   k.ptbLaunches = &counters.ptbLaunches;
   k.preemptions = &counters.preemptions;
@@ -139,21 +138,10 @@ scheduler::KernelLaunch kernelLaunch(session::Tenant& tenant, session::FunctionS
   return k;
 }
 
-// The driver's pointers to each parameter of `f` inside `buffer`.
-class ParamPointers {
- public:
-  ParamPointers(const session::FunctionState& f, const uint8_t* buffer) {
-    if (f.params.size() > inline_.size()) many_.resize(f.params.size());
-    void** out = get();
-    for (size_t i = 0; i < f.params.size(); ++i) out[i] = const_cast<uint8_t*>(buffer) + f.params[i].first;
-  }
-  void** get() { return many_.empty() ? inline_.data() : many_.data(); }
-  static constexpr size_t kInline = 64;
-
- private:
-  std::array<void*, kInline> inline_;
-  std::vector<void*> many_;
-};
+// Through the scheduler, or straight to the driver when tallyd runs without one.
+CUresult launchScheduled(scheduler::Policy* policy, const scheduler::KernelLaunch& k, void** params) {
+  return policy != nullptr ? policy->launch(k) : scheduler::driverLauncher().launchOriginal(k, params);
+}
 
 // A launch handed to the tenant's launch thread (session/launch_thread.h): everything it needs,
 // copied, since the message it came in is gone by the time it runs. The tables it points into
@@ -175,10 +163,11 @@ struct QueuedLaunch {
 void runQueued(QueuedLaunch& q) {
   session::Tenant& tenant = *q.tenant;
   q.function->gpu->makeCurrent();
-  ParamPointers params(*q.function, q.params);
-  scheduler::KernelLaunch k = kernelLaunch(tenant, *q.function, *q.stream, q.shape, {q.params, q.paramBytes},
-                                           params.get(), q.mustNotHold);
-  CUresult r = q.policy != nullptr ? q.policy->launch(k) : scheduler::driverLauncher().launchOriginal(k, params.get());
+  scheduler::KernelLaunch k =
+      kernelLaunch(tenant, *q.function, *q.stream, q.shape, {q.params, q.paramBytes}, q.mustNotHold);
+  scheduler::ParameterPointers params(k);
+  k.paramPointers = params.get();
+  CUresult r = launchScheduled(q.policy, k, params.get());
   if (r == CUDA_SUCCESS) return;
   if (q.faults != nullptr) r = q.faults->statusFor(tenant.id(), r);
   if (tenant.deferError(r)) {
@@ -190,10 +179,8 @@ void runQueued(QueuedLaunch& q) {
 
 // Whether the launch thread may make this launch: a plain one-way launch of an HP tenant's
 // kernel, on a stream that is not capturing (a capture's order is the session thread's).
-bool queueable(CallContext& ctx, const session::FunctionState& f, const LaunchAttributes& attributes,
-               size_t paramBytes, bool capturing) {
-  return ctx.oneWay() && attributes.count == 0 && !capturing && paramBytes <= QueuedLaunch::kMaxParamBytes &&
-         f.params.size() <= ParamPointers::kInline;
+bool queueable(CallContext& ctx, const LaunchAttributes& attributes, size_t paramBytes, bool capturing) {
+  return ctx.oneWay() && attributes.count == 0 && !capturing && paramBytes <= QueuedLaunch::kMaxParamBytes;
 }
 
 void queue(CallContext& ctx, session::LaunchThread& thread, session::FunctionState& f, session::StreamState& s,
@@ -229,7 +216,7 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
     // driver call. The last launch of a burst (a sync likely follows) is made here, without a
     // hand-off between threads; so is one that finds the thread asleep, which then wakes for
     // the rest of the burst.
-    const bool burst = queueable(ctx, *f, attributes, buffer.size(), capturing) && ctx.moreCallsWaiting();
+    const bool burst = queueable(ctx, attributes, buffer.size(), capturing) && ctx.moreCallsWaiting();
     if (burst && !thread->asleep()) {
       queue(ctx, *thread, *f, *s, shapeOf(args), buffer);
       return ctx.finish(CUDA_SUCCESS);
@@ -237,27 +224,20 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
     if (burst) thread->wake();
     thread->drain();  // made here: after every launch it holds
   }
-  ParamPointers params(*f, buffer.begin());
   scheduler::KernelLaunch k = kernelLaunch(ctx.tenant(), *f, *s, shapeOf(args),
-                                           std::span<const uint8_t>(buffer.begin(), buffer.size()), params.get(),
+                                           std::span<const uint8_t>(buffer.begin(), buffer.size()),
                                            ctx.tenant().mustNotBeHeld());
+  // The driver copies parameter values at launch; pointers into the message are enough.
+  scheduler::ParameterPointers params(k);
+  k.paramPointers = params.get();
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
   k.attributes = attributes.view();
   if (!k.attributes.empty()) k.sliced = k.ptb = nullptr;
-  scheduler::Policy* policy = ctx.services().policy;
-  CUresult r;
-  if (capturing) {
-    // Captured, not run: the graph gets the original kernel. The scheduler's gate, variants and
-    // marks (events, stream writes) would be captured too and replayed out of place; graph
-    // launches go through the policy instead (graph_api.cc).
-    r = scheduler::driverLauncher().launchOriginal(k, params.get());
-  } else if (policy != nullptr) {
-    r = policy->launch(k);
-  } else {
-    r = scheduler::driverLauncher().launchOriginal(k, params.get());
-  }
-  ctx.finish(r);
+  // Captured, not run: the graph gets the original kernel. The scheduler's gate, variants and
+  // marks (events, stream writes) would be captured too and replayed out of place; graph
+  // launches go through the policy instead (graph_api.cc).
+  ctx.finish(launchScheduled(capturing ? nullptr : ctx.services().policy, k, params.get()));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <array>
 #include <vector>
 
 #include "common/metrics/latency_histogram.h"
@@ -88,17 +89,20 @@ struct KernelLaunch {
 };
 
 // Pointers to each parameter's bytes inside k.paramBuffer, as cuLaunchKernel takes them: the
-// ones the caller built (KernelLaunch::paramPointers), else made here.
+// ones the caller built (KernelLaunch::paramPointers), else made here (no allocation for up to
+// kInline parameters: this runs per launch).
 class ParameterPointers {
  public:
+  static constexpr size_t kInline = 64;
   explicit ParameterPointers(const KernelLaunch& k);
-  ParameterPointers(const ParameterPointers&) = delete;  // pointers_ may point into built_
+  ParameterPointers(const ParameterPointers&) = delete;  // pointers_ may point into our storage
   ParameterPointers& operator=(const ParameterPointers&) = delete;
   void** get() { return pointers_; }
   gpu::KernelParams kernelParams() { return {pointers_, count_}; }
 
  private:
-  std::vector<void*> built_;
+  std::array<void*, kInline> inline_;
+  std::vector<void*> many_;
   void** pointers_;
   size_t count_;
 };
