@@ -76,12 +76,17 @@ size_t ByteRing::room() const {
 
 void ByteRing::publish(uint64_t written) {
   control_->written.store(written, std::memory_order_seq_cst);
-  // Paired with the reader's "I sleep, then look again": one of us sees the other.
+  wakeReader();  // paired with the reader's "I sleep, then look again": one of us sees the other
+}
+
+void ByteRing::wakeReader() {
   if (control_->readerSleeps.load(std::memory_order_seq_cst) != 0) {
     control_->dataSignal.fetch_add(1, std::memory_order_seq_cst);
     futexWake(control_->dataSignal);
   }
 }
+
+bool ByteRing::readerAsleep() const { return control_->readerSleeps.load(std::memory_order_seq_cst) != 0; }
 
 void ByteRing::consumed(uint64_t read) {
   control_->read.store(read, std::memory_order_seq_cst);
@@ -173,26 +178,30 @@ size_t ByteRing::read(void* dst, size_t size) {
 
 bool ByteRing::waitReadable(std::chrono::microseconds spin, std::optional<Clock::time_point> deadline) {
   auto ready = [&] { return readable() > 0 || closedByWriter(); };
-  if (ready()) return true;
-  auto spinUntil = Clock::now() + spin;
-  for (unsigned round = 0; spin.count() > 0; ++round) {
-    if (ready()) return true;
-    if (round % 64 == 0 && Clock::now() >= spinUntil) break;
-    __builtin_ia32_pause();
-  }
   for (;;) {
-    control_->readerSleeps.store(1, std::memory_order_seq_cst);
-    uint32_t signal = control_->dataSignal.load(std::memory_order_seq_cst);
-    if (!ready()) futexWait(control_->dataSignal, signal, sleepFor(deadline));
-    control_->readerSleeps.store(0, std::memory_order_seq_cst);
-    if (ready()) return true;
-    if (peerGone()) {
-      errno = EPIPE;
-      return false;
+    auto spinUntil = Clock::now() + spin;
+    for (unsigned round = 0;; ++round) {
+      if (ready()) return true;
+      if (round % 64 == 0 && Clock::now() >= spinUntil) break;
+      __builtin_ia32_pause();
     }
-    if (past(deadline)) {
-      errno = ETIMEDOUT;
-      return false;
+    // Sleep until bytes come, the sleep step ends (to look at the peer and the deadline), or
+    // wakeReader: then poll for `spin` again, as the bytes it announces are near.
+    for (bool woken = false; !woken;) {
+      control_->readerSleeps.store(1, std::memory_order_seq_cst);
+      uint32_t signal = control_->dataSignal.load(std::memory_order_seq_cst);
+      if (!ready()) futexWait(control_->dataSignal, signal, sleepFor(deadline));
+      control_->readerSleeps.store(0, std::memory_order_seq_cst);
+      if (ready()) return true;
+      if (peerGone()) {
+        errno = EPIPE;
+        return false;
+      }
+      if (past(deadline)) {
+        errno = ETIMEDOUT;
+        return false;
+      }
+      woken = control_->dataSignal.load(std::memory_order_seq_cst) != signal;
     }
   }
 }

@@ -54,6 +54,11 @@ class ByteRing {
   // Until bytes wait or the writer closed: polls for `spin`, then sleeps. False (errno ETIMEDOUT
   // or EPIPE) when the deadline passed or the peer is gone.
   bool waitReadable(std::chrono::microseconds spin, std::optional<Clock::time_point> deadline = std::nullopt);
+  // Wakes a reader sleeping in waitReadable, which then polls for its `spin` again before it
+  // sleeps. Any thread may call it. tallyd does after answering a client, whose next call tends
+  // to follow the answer by microseconds: it then finds the tenant's thread polling, not asleep.
+  void wakeReader();
+  bool readerAsleep() const;
 
  private:
   size_t room() const;

@@ -45,6 +45,9 @@ void Outbox::write(Item& item) {
   // A ring has no SO_SNDTIMEO: the same limit, as a deadline.
   auto deadline = frame::ByteRing::Clock::now() + std::chrono::seconds(kSendTimeout.tv_sec);
   frame::IoStatus status = frame::writeFrame(out_, item.message, item.bulk, -1, deadline);
+  // A client's next call tends to follow an answer within microseconds: have the tenant's thread
+  // polling for it rather than asleep (a best-effort tenant's sync loop paid a wake-up per step).
+  if (status.ok && rings_ != nullptr) rings_->toServer().wakeReader();
   if (!status.ok) {
     failed_ = true;
     spdlog::debug("outbox: {}", status.error);

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -195,6 +196,34 @@ TEST(SharedRing, FramesAndTheirDescriptorsArriveThroughAStreamReader) {
   writer.join();
   if (got >= 0) ::close(got);
   ::close(passed);
+}
+
+// tallyd wakes a tenant's sleeping thread when it answers the client: the thread must then poll
+// again for its spin time (the client's next call is near), not go straight back to sleep.
+TEST(SharedRing, AWokenReaderPollsAgainBeforeItSleeps) {
+  Pair p;
+  ByteRing& ring = p.serverSide->toServer();
+  std::atomic<bool> returned{false};
+  std::thread reader([&] {
+    EXPECT_TRUE(ring.waitReadable(300ms, ByteRing::Clock::now() + 10s));
+    returned = true;
+  });
+  auto waitFor = [](auto condition, std::chrono::milliseconds limit) {
+    for (auto until = ByteRing::Clock::now() + limit; !condition() && ByteRing::Clock::now() < until;)
+      std::this_thread::sleep_for(1ms);
+    return condition();
+  };
+  ASSERT_TRUE(waitFor([&] { return ring.readerAsleep(); }, 5s));  // after its first 300 ms of polling
+  ring.wakeReader();
+  ASSERT_TRUE(waitFor([&] { return !ring.readerAsleep(); }, 1s));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(ring.readerAsleep()) << "the woken reader went back to sleep without polling";
+  EXPECT_FALSE(returned.load());  // no bytes yet
+  iovec part{const_cast<char*>("x"), 1};
+  int error = 0;
+  p.clientSide->toServer().write(std::span<const iovec>(&part, 1), error);
+  reader.join();
+  EXPECT_TRUE(returned.load());
 }
 
 }  // namespace
