@@ -30,7 +30,7 @@ namespace tally::server::api {
 struct ApiServices {
   std::vector<gpu::Gpu*> gpus;
   gpu::ModuleStore* modules = nullptr;
-  unsigned inlineWaitMicros = 50;  // how long a tenant thread may wait for a short sync itself
+  unsigned inlineWaitMicros = 2000;  // how long a tenant thread may wait for a short sync itself
   // ... and a high-priority tenant's thread, which stops waiting as soon as the tenant sends more.
   unsigned highPriorityInlineWaitMicros = 2000;
   // Kernel variants for best-effort tenants' modules; null when transforms are off.

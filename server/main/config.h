@@ -23,7 +23,7 @@ struct Config {
   uint64_t moduleCacheBytes = 4ull << 30;
   uint32_t maxMessageBytes = 1u << 20;
   uint32_t maxBulkBytes = 64u << 20;
-  unsigned inlineWaitMicros = 50;
+  unsigned inlineWaitMicros = 2000;
   unsigned highPriorityInlineWaitMicros = 2000;
   unsigned pollMicros = 50;
   unsigned highPriorityPollMicros = 20000;
