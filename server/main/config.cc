@@ -206,6 +206,7 @@ bool readTenants(const toml::table& table, session::AuthPolicy& auth, std::strin
 // handshake_timeout_ms and max_connections: what unauthenticated peers may hold.
 bool readConnectionLimits(const toml::table& table, Config& config, std::string& error) {
   return readInteger(table, "handshake_timeout_ms", config.handshakeTimeoutMs, 100, 600'000, error) &&
+         readInteger(table, "best_effort_nice", config.bestEffortNice, 0, 19, error) &&
          readInteger(table, "max_connections", config.maxConnections, 1, 1'000'000, error) &&
          readInteger(table, "bulk_lanes", config.bulkLanes, 0, 8, error);
 }
@@ -247,6 +248,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   static const std::set<std::string> kKnown = {"listen",         "admin_socket",      "log_level",
                                                "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
                                                "max_bulk_bytes", "inline_wait_us",    "hp_inline_wait_us",    "poll_us",    "hp_poll_us",    "shared_rings", "hp_launch_thread",
+                                               "best_effort_nice",
                                                "require_auth",   "tenant",            "transform",
                                                "cache_dir",      "library_dir",       "trace_calls",       "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",

@@ -27,6 +27,9 @@ struct Config {
   unsigned highPriorityInlineWaitMicros = 2000;
   unsigned pollMicros = 50;
   unsigned highPriorityPollMicros = 20000;
+  // A best-effort tenant's thread runs this much nicer than tallyd (0-19; 0: as nice): when the
+  // host's cores are short, high-priority tenants' threads (which poll) run first.
+  unsigned bestEffortNice = 5;
   // Unix-socket tenants' frames go through the shared rings they offer (common/frame/shared_ring.h).
   bool sharedRings = true;
   bool highPriorityLaunchThread = true;  // hp_launch_thread (session/launch_thread.h)

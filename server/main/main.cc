@@ -223,6 +223,7 @@ int run(int argc, char** argv) {
   services.limits.maxBulkBytes = config.maxBulkBytes;
   services.pollMicros = config.pollMicros;
   services.highPriorityPollMicros = config.highPriorityPollMicros;
+  services.bestEffortNice = config.bestEffortNice;
   services.sharedRings = config.sharedRings;
   services.highPriorityLaunchThread = config.highPriorityLaunchThread;
   session::LaneRegistry lanes;

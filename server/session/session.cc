@@ -6,7 +6,10 @@
 
 #include <capnp/message.h>
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -87,6 +90,19 @@ void describeDevices(wire::Welcome::Builder welcome, const std::vector<gpu::Gpu*
 }  // namespace
 
 namespace {
+
+// Lowers the calling thread's CPU priority by `increment` nice steps (Linux: per thread). A
+// best-effort tenant's thread polls for its syncs as natively a spinning sync would; on a host
+// short of cores it must not take a core from a high-priority tenant's thread.
+void runNicer(unsigned increment) {
+  if (increment == 0) return;
+  auto thread = static_cast<id_t>(::gettid());
+  errno = 0;
+  int now = ::getpriority(PRIO_PROCESS, thread);
+  if (errno != 0 || ::setpriority(PRIO_PROCESS, thread, std::min(19, now + static_cast<int>(increment))) != 0) {
+    spdlog::warn("session: could not lower a best-effort tenant's thread priority: {}", std::strerror(errno));
+  }
+}
 
 // SO_PEERCRED uid of a Unix-socket peer; nullopt for TCP and TLS (a TLS peer's fd is a local
 // socketpair whose credentials are tallyd's own), or when the kernel says nothing.
@@ -434,7 +450,11 @@ void Session::run() {
   reader.useRecords(outbox_->records());
   reader.setSpinMicros(services_.pollMicros);
   if (handshake(reader)) {
-    if (tenant_->priority() == PriorityClass::kHigh) reader.setSpinMicros(services_.highPriorityPollMicros);
+    if (tenant_->priority() == PriorityClass::kHigh) {
+      reader.setSpinMicros(services_.highPriorityPollMicros);
+    } else {
+      runNicer(services_.bestEffortNice);
+    }
     uint64_t watch = watchForHangup();
     serve(reader);
     if (watch != 0) services_.hangups->unwatch(watch);

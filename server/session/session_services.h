@@ -47,6 +47,7 @@ struct SessionServices {
   frame::FrameLimits limits;
   unsigned pollMicros = 50;            // how long a tenant thread polls its socket before sleeping
   unsigned highPriorityPollMicros = 20000;  // ... a high-priority tenant's: its next request then costs no wake-up
+  unsigned bestEffortNice = 5;  // how much nicer than tallyd a best-effort tenant's thread runs (best_effort_nice)
   bool sharedRings = true;             // Unix-socket tenants' rings are taken (shared_rings)
   bool highPriorityLaunchThread = true;  // HP tenants' launches get a thread of their own (hp_launch_thread)
   unsigned handshakeTimeoutMs = 5000;  // a peer without a complete Hello by then is dropped

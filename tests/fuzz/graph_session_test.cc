@@ -11,12 +11,19 @@
 //    removed nodes round-trip by node id; memory, events and graphs are the tenant's own;
 //  - stream memory operations (cuStreamWriteValue32 ...) run on the tenant's own memory only,
 //    on the same harness;
-//  - a memory pool's trim gives back what the tenant freed and waited for.
+//  - a memory pool's trim gives back what the tenant freed and waited for;
+//  - a best-effort tenant's thread runs nicer than a high-priority tenant's.
 #include "tests/fuzz/graph_session_harness.h"
 
 #include <cuda.h>
+#include <dirent.h>
+#include <sys/resource.h>
 
+#include <cerrno>
+#include <fstream>
+#include <iterator>
 #include <functional>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -581,6 +588,48 @@ TEST(GraphSession, HighPriorityAndBestEffortTenantsCaptureUnderThePriorityPolicy
     EXPECT_EQ(t->read(counter), 10u);
     EXPECT_EQ(t->read(counter + 8), 7u);
   }
+}
+
+// --- a tenant's thread ------------------------------------------------------------------------------
+
+// How many of this process's threads run at nice `value` (/proc/self/task/*/stat, field 19).
+size_t threadsAtNice(int value) {
+  size_t count = 0;
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) throw std::runtime_error("no /proc/self/task");
+  while (dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + entry->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t afterName = stat.rfind(')');
+    if (afterName == std::string::npos) continue;  // the thread ended meanwhile
+    std::istringstream fields(stat.substr(afterName + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+      if (i == 19 && std::stoi(field) == value) ++count;
+    }
+  }
+  ::closedir(tasks);
+  return count;
+}
+
+TEST(TenantThread, ABestEffortTenantsThreadRunsNicerThanAHighPriorityOnes) {
+  Server& s = priorityServer();
+  ASSERT_GT(s.services.bestEffortNice, 0u);
+  errno = 0;
+  int base = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  ASSERT_EQ(errno, 0);
+  if (base + static_cast<int>(s.services.bestEffortNice) > 19) GTEST_SKIP() << "this test already runs at nice " << base;
+  const int nicer = base + static_cast<int>(s.services.bestEffortNice);
+  size_t before = threadsAtNice(nicer);
+  Tenant hp(s, wire::PriorityClass::HIGH_PRIORITY);
+  hp.prepare();  // answered from the tenant's thread, after its handshake
+  EXPECT_EQ(threadsAtNice(nicer), before);
+  Tenant be(s, wire::PriorityClass::BEST_EFFORT);
+  be.prepare();
+  EXPECT_EQ(threadsAtNice(nicer), before + 1);
+  be.leave();
+  EXPECT_EQ(threadsAtNice(nicer), before);
 }
 
 // --- stream memory operations ----------------------------------------------------------------------

@@ -110,6 +110,15 @@ TEST_F(ConfigFile, LaunchThreadsCanBeTurnedOff) {
   EXPECT_FALSE(load("hp_launch_thread = \"no\"\n")) << "a string where a bool belongs was accepted";
 }
 
+TEST_F(ConfigFile, BestEffortNiceIsBounded) {
+  ASSERT_TRUE(load("poll_us = 50\n")) << error_;
+  EXPECT_EQ(config_.bestEffortNice, 5u);
+  ASSERT_TRUE(load("best_effort_nice = 0\n")) << error_;
+  EXPECT_EQ(config_.bestEffortNice, 0u);
+  EXPECT_FALSE(load("best_effort_nice = 20\n")) << "a nice value past 19 was accepted";
+  EXPECT_NE(error_.find("best_effort_nice"), std::string::npos) << error_;
+}
+
 TEST_F(ConfigFile, UidOnlyTenantDefaultsToAnyPriority) {
   ASSERT_TRUE(load("[[tenant]]\nname = \"local\"\nunix_uid = 0\n")) << error_;
   ASSERT_EQ(config_.auth.tenants.size(), 1u);
