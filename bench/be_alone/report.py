@@ -87,12 +87,7 @@ def main():
         sys.exit(f"report.py: no runs in {args.data}")
     table = markdown(summary, labels)
     print(table, end="")
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+    markdown_region.save(table, summary, args.markdown, args.json)
     if args.plot:
         plot(summary, labels, args.plot)
 

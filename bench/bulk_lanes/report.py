@@ -5,12 +5,12 @@ rounds of each round's median (GB/s), then each round's median."""
 import argparse
 import collections
 import glob
-import json
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import markdown_region  # noqa: E402
 import microbench_json  # noqa: E402
 
 
@@ -64,12 +64,7 @@ def main():
         lines.append(f"| {name} {size >> 20} MiB | " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
     print(table)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+    markdown_region.save(table, summary, args.markdown, args.json)
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")

@@ -10,7 +10,6 @@ rounds slows every mode of that round). Several DIRs (e.g. two leases) are poole
 """
 import argparse
 import glob
-import json
 import os
 import re
 import statistics
@@ -91,10 +90,7 @@ def main():
     summary = summarize(rounds)
     md = markdown(summary, rounds)
     print(md)
-    if a.markdown:
-        open(a.markdown, "w").write(md)
-    if a.json:
-        json.dump({"dirs": a.dirs, "modes": summary}, open(a.json, "w"), indent=1)
+    markdown_region.save(md, {"dirs": a.dirs, "modes": summary}, a.markdown, a.json)
     if a.plot:
         plot(summary, a.plot)
 

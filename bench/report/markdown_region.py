@@ -4,6 +4,7 @@ A region sits between a begin and an end marker (`<!-- NAME:begin -->`, `<!-- NA
 everything outside it is kept. Standard library only.
 """
 
+import json
 import os
 import sys
 
@@ -54,3 +55,14 @@ def pyplot(script):
         print(f"{script}: matplotlib is not installed; plot skipped", file=sys.stderr)
         return None
     return plt
+
+
+def save(table, data, markdown_path=None, json_path=None):
+    """Writes a report's markdown table and its data (as JSON) to the files asked for, if any
+    (the report scripts' --markdown and --json options)."""
+    if markdown_path:
+        with open(markdown_path, "w", encoding="utf-8") as f:
+            f.write(table)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)

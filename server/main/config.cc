@@ -206,7 +206,6 @@ bool readTenants(const toml::table& table, session::AuthPolicy& auth, std::strin
 // handshake_timeout_ms and max_connections: what unauthenticated peers may hold.
 bool readConnectionLimits(const toml::table& table, Config& config, std::string& error) {
   return readInteger(table, "handshake_timeout_ms", config.handshakeTimeoutMs, 100, 600'000, error) &&
-         readInteger(table, "best_effort_nice", config.bestEffortNice, 0, 19, error) &&
          readInteger(table, "max_connections", config.maxConnections, 1, 1'000'000, error) &&
          readInteger(table, "bulk_lanes", config.bulkLanes, 0, 8, error);
 }
@@ -333,7 +332,8 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   if (!readString(table, "admin_socket", admin, why) || (admin && !parseAdminSocket(*admin, config.adminSocket, why)) ||
       !readConnectionLimits(table, config, why) || !readFaultLimits(table, config, why) || !readBool(table, "require_auth", config.auth.requireAuth, why) ||
       !readBool(table, "allow_anonymous_high_priority", config.auth.allowAnonymousHighPriority, why) ||
-      !readBool(table, "hp_launch_thread", config.highPriorityLaunchThread, why) || !readTenants(table, config.auth, why)) {
+      !readBool(table, "hp_launch_thread", config.highPriorityLaunchThread, why) ||
+      !readInteger(table, "best_effort_nice", config.bestEffortNice, 0, 19, why) || !readTenants(table, config.auth, why)) {
     error = fmt::format("{}: {}", path, why);
     return false;
   }

@@ -21,8 +21,8 @@
 
 #include <cerrno>
 #include <fstream>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <utility>
 #include <vector>
