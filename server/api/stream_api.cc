@@ -9,7 +9,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-
 #include <atomic>
 #include <string>
 #include <vector>

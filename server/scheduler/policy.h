@@ -8,6 +8,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,7 +16,6 @@
 #include <span>
 #include <string>
 #include <utility>
-#include <array>
 #include <vector>
 
 #include "common/metrics/latency_histogram.h"

@@ -110,13 +110,9 @@ class RecordingPolicy final : public server::scheduler::Policy {
   unsigned smsKeptFromBestEffort(server::gpu::Gpu&) override { return 0; }
   CUresult launch(const server::scheduler::KernelLaunch& k) override {
     mustNotHold.push_back(k.mustNotHold);
-    server::scheduler::ParameterPointers params(k);
-    return server::scheduler::driverLauncher().launchOriginal(k, params.get());
+    return passthrough_.launch(k);
   }
-  CUresult runOpaque(const server::scheduler::OpaqueWork& w) override {
-    CUstream used = nullptr;
-    return w.enqueue(used);
-  }
+  CUresult runOpaque(const server::scheduler::OpaqueWork& w) override { return passthrough_.runOpaque(w); }
   void afterWork(uint64_t, bool, uint64_t, server::gpu::Gpu&, CUstream) override {}
   void endOfBurst(uint64_t) override {}
   void tenantEnding(uint64_t) override {}
@@ -124,6 +120,9 @@ class RecordingPolicy final : public server::scheduler::Policy {
   std::string summary() const override { return "recording"; }
 
   std::vector<bool> mustNotHold;  // per launch, in order (one tenant at a time)
+
+ private:
+  server::scheduler::PassthroughPolicy passthrough_{server::scheduler::driverLauncher()};
 };
 
 [[maybe_unused]] Server& recordingServer(RecordingPolicy*& recording) {
