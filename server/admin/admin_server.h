@@ -44,6 +44,9 @@ struct AdminState {
   const session::FaultHistory* faults = nullptr;  // null: none recorded
   // The SMs best-effort work is kept off on GPU i right now (the scheduler's reserve); null: none.
   std::function<unsigned(size_t gpu)> smsKeptFromBestEffort;
+  // Tenants' driver streams on GPU i, and the hardware queues each GPU has; null: not exported.
+  std::function<unsigned(size_t gpu)> liveStreams;
+  unsigned hardwareQueues = 0;
 };
 
 class AdminServer {

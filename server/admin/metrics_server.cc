@@ -76,6 +76,15 @@ std::string renderMetrics(AdminState& state) {
       out += fmt::format("tally_gpu_sms_kept_from_best_effort{{gpu=\"{}\"}} {}\n", i, state.smsKeptFromBestEffort(i));
     }
   }
+  if (state.liveStreams) {
+    header(out, {"tally_gpu_hardware_queues", "gauge", "hardware work queues each GPU has for all tenants' streams"});
+    out += fmt::format("tally_gpu_hardware_queues {}\n", state.hardwareQueues);
+    header(out, {"tally_gpu_streams", "gauge",
+                 "tenants' driver streams on the GPU; past tally_gpu_hardware_queues, streams share queues"});
+    for (size_t i = 0; i < state.gpuNames.size(); ++i) {
+      out += fmt::format("tally_gpu_streams{{gpu=\"{}\"}} {}\n", i, state.liveStreams(i));
+    }
+  }
   header(out, {"tally_draining", "gauge", "1 while new tenants are refused (tallyctl drain)"});
   out += fmt::format("tally_draining {}\n", state.draining.load() ? 1 : 0);
   header(out, {"tally_tenants", "gauge", "admitted tenants"});

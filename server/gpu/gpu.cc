@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 namespace tally::server::gpu {
 
 std::string describe(CUresult result) {
@@ -52,6 +54,29 @@ DeviceDescription describeDevice(int ordinal, CUdevice device) {
 }
 
 }  // namespace
+
+void Gpu::requestHardwareQueues(unsigned count) {
+  if (count == 0) return;
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(count).c_str(), 1);
+  spdlog::info("{} hardware work queues per GPU: past that many live streams, tenants' streams share queues", count);
+}
+
+unsigned Gpu::hardwareQueues() {
+  const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  int count = set != nullptr ? std::atoi(set) : 0;
+  return count > 0 ? static_cast<unsigned>(count) : 8;
+}
+
+void Gpu::streamCreated() {
+  unsigned live = liveStreams_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (live == hardwareQueues() + 1) {
+    spdlog::warn("GPU {}: {} live streams, more than its {} hardware queues: new streams share queues, and a "
+                 "high-priority tenant's may wait behind another tenant's queued work (hardware_queues)",
+                 ordinal(), live, hardwareQueues());
+  }
+}
+
+void Gpu::streamDestroyed() { liveStreams_.fetch_sub(1, std::memory_order_relaxed); }
 
 std::vector<std::unique_ptr<Gpu>> Gpu::openAll(std::string& error) {
   std::vector<std::unique_ptr<Gpu>> gpus;

@@ -12,6 +12,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,12 @@ class Gpu {
   // Initializes the driver and retains the primary context of every visible device.
   // An empty vector with `error` set means no usable GPU (no driver, no device).
   static std::vector<std::unique_ptr<Gpu>> openAll(std::string& error);
+
+  // Asks the driver for `count` hardware work queues per GPU (CUDA_DEVICE_MAX_CONNECTIONS, read
+  // when a context is created, so before openAll; 0 leaves the environment's setting).
+  static void requestHardwareQueues(unsigned count);
+  // The queues each GPU got: CUDA_DEVICE_MAX_CONNECTIONS, or the driver's default of 8.
+  static unsigned hardwareQueues();
 
   ~Gpu();
   Gpu(const Gpu&) = delete;
@@ -76,6 +83,12 @@ class Gpu {
   // memory pool trimmed: no kernel runs then, so neither waits for anyone.
   void tenantArrived();
   void tenantLeft();
+  // Driver streams of every tenant on this GPU. Past hardwareQueues() a new stream shares a
+  // queue with an older one and waits behind its queued work, whatever their priorities; each
+  // crossing is logged (and tally_gpu_streams exported) so that an operator sees it.
+  void streamCreated();
+  void streamDestroyed();
+  unsigned liveStreams() const { return liveStreams_.load(std::memory_order_relaxed); }
 
   // Context-wide limits: only raised, never lowered, so no tenant can shrink another's.
   CUresult raiseLimit(CUlimit limit, size_t value);
@@ -99,6 +112,7 @@ class Gpu {
   std::unique_ptr<SmPartitions> partitions_;
   std::mutex tenantsMutex_;
   size_t tenants_ = 0;
+  std::atomic<unsigned> liveStreams_{0};
   std::mutex limitMutex_;
   std::map<int, size_t> initialLimits_;
 };

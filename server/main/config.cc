@@ -247,7 +247,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
   static const std::set<std::string> kKnown = {"listen",         "admin_socket",      "log_level",
                                                "unix_socket_mode", "module_cache_bytes", "max_message_bytes",
                                                "max_bulk_bytes", "inline_wait_us",    "hp_inline_wait_us",    "poll_us",    "hp_poll_us",    "shared_rings", "hp_launch_thread",
-                                               "best_effort_nice",
+                                               "best_effort_nice", "hardware_queues",
                                                "require_auth",   "tenant",            "transform",
                                                "cache_dir",      "library_dir",       "trace_calls",       "stress_seed",       "policy",
                                                "priority_idle_window_us", "priority_budget_us", "priority_gate",
@@ -333,7 +333,8 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
       !readConnectionLimits(table, config, why) || !readFaultLimits(table, config, why) || !readBool(table, "require_auth", config.auth.requireAuth, why) ||
       !readBool(table, "allow_anonymous_high_priority", config.auth.allowAnonymousHighPriority, why) ||
       !readBool(table, "hp_launch_thread", config.highPriorityLaunchThread, why) ||
-      !readInteger(table, "best_effort_nice", config.bestEffortNice, 0, 19, why) || !readTenants(table, config.auth, why)) {
+      !readInteger(table, "best_effort_nice", config.bestEffortNice, 0, 19, why) ||
+      !readInteger(table, "hardware_queues", config.hardwareQueues, 0, 32, why) || !readTenants(table, config.auth, why)) {
     error = fmt::format("{}: {}", path, why);
     return false;
   }

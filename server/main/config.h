@@ -30,6 +30,11 @@ struct Config {
   // A best-effort tenant's thread runs this much nicer than tallyd (0-19; 0: as nice): when the
   // host's cores are short, high-priority tenants' threads (which poll) run first.
   unsigned bestEffortNice = 5;
+  // Hardware work queues the driver gives each GPU of this process (CUDA_DEVICE_MAX_CONNECTIONS,
+  // 1-32; 0: the driver's default of 8 or the environment's). Every tenant's streams are this
+  // process's: past this many live streams, a new stream shares a queue with an older one and
+  // waits behind its queued kernels whatever their priorities (bench/micro/queue_sharing_probe).
+  unsigned hardwareQueues = 32;
   // Unix-socket tenants' frames go through the shared rings they offer (common/frame/shared_ring.h).
   bool sharedRings = true;
   bool highPriorityLaunchThread = true;  // hp_launch_thread (session/launch_thread.h)

@@ -33,6 +33,9 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_flag("--no-hp-launch-thread", f.noHpLaunchThread,
                "HP tenants' launches are made by their session thread too (ablation; hp_launch_thread)");
   app.add_option("--hp-poll-us", f.hpPollMicros, "how long an HP tenant's session thread polls its socket before it sleeps, µs");
+  app.add_option("--hardware-queues", f.hardwareQueues,
+                 "hardware work queues per GPU for all tenants' streams (1-32; 0: the driver's default)")
+      ->check(CLI::Range(0, 32));
   app.add_option("--bulk-lanes", f.bulkLanes, "bulk lanes a TCP/TLS tenant may open for large copies (0-8; 0: none)")
       ->check(CLI::Range(0, 8));
   app.add_option("--sm-partition", f.smPartition,
@@ -83,6 +86,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
     }
   }
   if (f.hpPollMicros) config.highPriorityPollMicros = *f.hpPollMicros;
+  if (f.hardwareQueues) config.hardwareQueues = *f.hardwareQueues;
   if (f.noHpLaunchThread) config.highPriorityLaunchThread = false;
   if (f.bulkLanes) config.bulkLanes = *f.bulkLanes;
   if (f.partitionIdleMillis) sched.partitionIdleMillis = *f.partitionIdleMillis;

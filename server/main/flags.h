@@ -22,6 +22,7 @@ struct CommandLine {
   std::optional<std::string> hpP99Budget;
   std::optional<std::string> smPartition;
   std::optional<unsigned> hpPollMicros;
+  std::optional<unsigned> hardwareQueues;
   std::optional<unsigned> bulkLanes;
   bool gate = false, noGate = false, transforms = false, noTransforms = false, noStreamPriorities = false;
   bool noHpLaunchThread = false;

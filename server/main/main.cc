@@ -200,6 +200,7 @@ int run(int argc, char** argv) {
     return 0;
   }
 
+  gpu::Gpu::requestHardwareQueues(config.hardwareQueues);
   std::vector<std::unique_ptr<gpu::Gpu>> gpus = gpu::Gpu::openAll(error);
   if (gpus.empty()) {
     spdlog::error("no GPU is visible to tallyd: {}. Clients will be refused until tallyd restarts on a GPU host.", error);
@@ -300,7 +301,9 @@ int run(int argc, char** argv) {
     auto kept = [policy = services.policy, gpus = services.gpus](size_t i) {
       return i < gpus.size() ? policy->smsKeptFromBestEffort(*gpus[i]) : 0u;
     };
-    return admin::AdminState{std::move(gpuNames), startedAt, draining, registry, &faultHistory, kept};
+    auto streams = [gpus = services.gpus](size_t i) { return i < gpus.size() ? gpus[i]->liveStreams() : 0u; };
+    return admin::AdminState{std::move(gpuNames), startedAt, draining, registry, &faultHistory, kept, streams,
+                             gpu::Gpu::hardwareQueues()};
   };
   // Destroyed before the registry: no admin request outlives the sessions it looks at.
   std::optional<admin::AdminServer> adminServer;

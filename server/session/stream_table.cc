@@ -63,6 +63,7 @@ CUresult StreamTable::createStream(uint32_t device, uint64_t id, bool nonBlockin
   // never the shared context's legacy stream, which other tenants use too.
   g->makeCurrent();
   if (CUresult r = cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) return r;
+  g->streamCreated();
   s->priority = priority;
   s->placed[gpu::placementIndex(gpu::Placement::wholeGpu())] = s->stream;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
@@ -80,6 +81,7 @@ StreamState* StreamTable::createLegacyDefault(uint32_t device) {
   g->makeCurrent();
   s->priority = bandPriority(*g, 0);
   if (cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, s->priority) != CUDA_SUCCESS) return nullptr;
+  g->streamCreated();
   s->placed[gpu::placementIndex(gpu::Placement::wholeGpu())] = s->stream;
   cuEventCreate(&s->joinEvent, CU_EVENT_DISABLE_TIMING);
   StreamState* raw = s.get();
@@ -135,9 +137,12 @@ void StreamTable::place(StreamState& s, gpu::Placement p) {
   const gpu::SmPartitions* partitions = s.gpu->partitions();
   if (p == s.placement || partitions == nullptr || capturing(s)) return;
   CUstream& target = s.placed[gpu::placementIndex(p)];
-  if (target == nullptr && partitions->createStream(p, s.priority, target) != CUDA_SUCCESS) {
-    target = nullptr;
-    return;
+  if (target == nullptr) {
+    if (partitions->createStream(p, s.priority, target) != CUDA_SUCCESS) {
+      target = nullptr;
+      return;
+    }
+    s.gpu->streamCreated();
   }
   if (launches_ != nullptr) launches_->drain();
   if (s.moveEvent == nullptr && cuEventCreate(&s.moveEvent, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
@@ -148,14 +153,21 @@ void StreamTable::place(StreamState& s, gpu::Placement p) {
   s.placement = p;
 }
 
+std::vector<CUstream*> StreamTable::driverStreamsOf(StreamState& s) {
+  std::vector<CUstream*> out{&s.variantSide};
+  for (CUstream& placed : s.placed) out.push_back(&placed);
+  return out;
+}
+
 void StreamTable::destroyDriverStreams(StreamState& s) {
-  for (CUstream& placed : s.placed) {
-    if (placed != nullptr) cuStreamDestroy(placed);
-    placed = nullptr;
+  for (CUstream* driverStream : driverStreamsOf(s)) {
+    if (*driverStream == nullptr) continue;
+    cuStreamDestroy(*driverStream);
+    s.gpu->streamDestroyed();
+    *driverStream = nullptr;
   }
   if (s.moveEvent != nullptr) cuEventDestroy(s.moveEvent);
   cuEventDestroy(s.joinEvent);
-  if (s.variantSide != nullptr) cuStreamDestroy(s.variantSide);
 }
 
 // --- stream capture ----------------------------------------------------------------------
@@ -216,6 +228,7 @@ bool StreamTable::prepareVariants(StreamState& s) {
     s.variantSide = nullptr;
     return false;
   }
+  s.gpu->streamCreated();
   if (cuMemAlloc(&s.ptbControl, kPtbControlBytes) != CUDA_SUCCESS) {
     s.ptbControl = 0;
     return false;
@@ -230,7 +243,9 @@ CUstream StreamTable::privateStream(PrivateStreams& streams, gpu::Gpu* g) {
   if (it != streams.end()) return it->second;
   CUstream s = nullptr;
   g->makeCurrent();
-  cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, g->description().streamPriorityGreatest);
+  if (cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, g->description().streamPriorityGreatest) == CUDA_SUCCESS) {
+    g->streamCreated();
+  }
   streams.emplace(g, s);
   return s;
 }
@@ -341,9 +356,11 @@ void StreamTable::freePtbControls() {
 void StreamTable::destroyPrivateStreams() {
   for (PrivateStreams* streams : {&syncStreams_, &allocStreams_}) {
     for (auto& [g, s] : *streams) {
+      if (s == nullptr) continue;  // its creation failed
       g->makeCurrent();
       cuStreamSynchronize(s);  // the frees just queued
       cuStreamDestroy(s);
+      g->streamDestroyed();
     }
   }
 }

@@ -186,6 +186,8 @@ class StreamTable {
   int bandPriority(const gpu::Gpu& g, int requested) const;
   void joinStreams(StreamState& waiter, StreamState& waited);
   // Its driver streams in every placement, its events and its variant side stream.
+  // The driver streams a tenant's stream holds: its variant side stream and one per placement.
+  static std::vector<CUstream*> driverStreamsOf(StreamState& s);
   void destroyDriverStreams(StreamState& s);
   CUstream privateStream(PrivateStreams& streams, gpu::Gpu* g);
   void publish() { published_.store(static_cast<uint32_t>(userStreamCount()), std::memory_order_relaxed); }

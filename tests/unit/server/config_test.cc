@@ -119,6 +119,15 @@ TEST_F(ConfigFile, BestEffortNiceIsBounded) {
   EXPECT_NE(error_.find("best_effort_nice"), std::string::npos) << error_;
 }
 
+TEST_F(ConfigFile, HardwareQueuesAreBounded) {
+  ASSERT_TRUE(load("poll_us = 50\n")) << error_;
+  EXPECT_EQ(config_.hardwareQueues, 32u) << "the default must leave room for many tenants' streams";
+  ASSERT_TRUE(load("hardware_queues = 0\n")) << error_;
+  EXPECT_EQ(config_.hardwareQueues, 0u);
+  EXPECT_FALSE(load("hardware_queues = 33\n")) << "the driver takes at most 32";
+  EXPECT_NE(error_.find("hardware_queues"), std::string::npos) << error_;
+}
+
 TEST_F(ConfigFile, UidOnlyTenantDefaultsToAnyPriority) {
   ASSERT_TRUE(load("[[tenant]]\nname = \"local\"\nunix_uid = 0\n")) << error_;
   ASSERT_EQ(config_.auth.tenants.size(), 1u);
