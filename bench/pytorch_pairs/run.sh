@@ -12,7 +12,8 @@
 #                       tally-partition tally-partition-64 tally-partition-overlap tally-budget-<F>x (default "native
 #                       mps-prio tally-priority tally-partition-overlap"); tally-budget-<F>x: the SM
 #                       reserves $BUDGET_LEVELS chosen online for HP's p99 within F x HP alone, learned
-#                       by tallyd in the tally-hp-alone run (the cache dir is kept for the whole run)
+#                       by tallyd in the tally-hp-alone run (the cache dir is kept for the whole run);
+#                       any tally system with -q<N> appended: the same with N hardware queues
 #     --seconds S       measured window of every run (default 10)
 #     --lead L          BE trains uncounted this long before the HP schedule starts (default 10)
 #     --rho X           HP load: rate = X / mean solo service time (default 0.5)
@@ -93,7 +94,7 @@ for s in $SYSTEMS; do
   case $s in
     native|mps|mps-prio) ;;
     tally-passthrough|tally-default|tally-priority|tally-partition|tally-partition-64|tally-partition-overlap) TALLY=1 ;;
-    *) [[ $s =~ ^tally-budget-[0-9.]+x$ ]] || die "unknown system $s"; TALLY=1 ;;
+    *) [[ $s =~ ^tally-budget-[0-9.]+x$ || $s =~ ^tally-.+-q[0-9]+$ ]] || die "unknown system $s"; TALLY=1 ;;
   esac
 done
 [[ -n $PAIRS && -n $SYSTEMS ]] || die "no pairs or no systems"
@@ -180,7 +181,11 @@ if [[ $TALLY -eq 1 ]]; then
   [[ ${#LIBDIR_ARGS[@]} -gt 0 ]] || log "WARNING: no libcudnn.so.9 in $PY's site-packages: tallyd gets no --library-dir"
 fi
 
-tally_flags() {
+tally_flags() {  # a name ending in -q<N> is that system with N hardware queues (--hardware-queues)
+  if [[ $1 =~ ^(tally-.+)-q([0-9]+)$ ]]; then
+    echo "$(tally_flags "${BASH_REMATCH[1]}") --hardware-queues ${BASH_REMATCH[2]}"
+    return
+  fi
   case $1 in
     tally-passthrough) echo "--policy passthrough" ;;
     tally-default) echo "--policy priority" ;;
