@@ -56,9 +56,9 @@ DeviceDescription describeDevice(int ordinal, CUdevice device) {
 }  // namespace
 
 void Gpu::requestHardwareQueues(unsigned count) {
-  if (count == 0) return;
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(count).c_str(), 1);
-  spdlog::info("{} hardware work queues per GPU: past that many live streams, tenants' streams share queues", count);
+  if (count != 0) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(count).c_str(), 1);
+  spdlog::info("{} hardware work queues per GPU: past that many live streams, tenants' streams share queues",
+               hardwareQueues());
 }
 
 unsigned Gpu::hardwareQueues() {
@@ -70,8 +70,8 @@ unsigned Gpu::hardwareQueues() {
 void Gpu::streamCreated() {
   unsigned live = liveStreams_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (live == hardwareQueues() + 1) {
-    spdlog::warn("GPU {}: {} live streams, more than its {} hardware queues: new streams share queues, and a "
-                 "high-priority tenant's may wait behind another tenant's queued work (hardware_queues)",
+    spdlog::info("GPU {}: {} live streams, more than its {} hardware queues: new streams share queues "
+                 "(a stream beside a busy one waits behind its queued work; hardware_queues)",
                  ordinal(), live, hardwareQueues());
   }
 }

@@ -85,7 +85,7 @@ class Gpu {
   void tenantLeft();
   // Driver streams of every tenant on this GPU. Past hardwareQueues() a new stream shares a
   // queue with an older one and waits behind its queued work, whatever their priorities; each
-  // crossing is logged (and tally_gpu_streams exported) so that an operator sees it.
+  // crossing is logged and tally_gpu_streams exported, so that an operator can tell.
   void streamCreated();
   void streamDestroyed();
   unsigned liveStreams() const { return liveStreams_.load(std::memory_order_relaxed); }

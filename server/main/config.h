@@ -31,10 +31,12 @@ struct Config {
   // host's cores are short, high-priority tenants' threads (which poll) run first.
   unsigned bestEffortNice = 5;
   // Hardware work queues the driver gives each GPU of this process (CUDA_DEVICE_MAX_CONNECTIONS,
-  // 1-32; 0: the driver's default of 8 or the environment's). Every tenant's streams are this
-  // process's: past this many live streams, a new stream shares a queue with an older one and
-  // waits behind its queued kernels whatever their priorities (bench/micro/queue_sharing_probe).
-  unsigned hardwareQueues = 32;
+  // 1-32; 0: the environment's setting, else the driver's 8). Every tenant's streams are this
+  // process's: past this many live streams a new stream shares a queue, and waits behind the
+  // other's queued kernels whatever their priorities (bench/micro/queue_sharing_probe). More
+  // queues cost every HP round trip ~1-10 µs on the H200, and the driver put new streams beside
+  // idle ones, so 0 (docs/scheduler.md, "Hardware queues").
+  unsigned hardwareQueues = 0;
   // Unix-socket tenants' frames go through the shared rings they offer (common/frame/shared_ring.h).
   bool sharedRings = true;
   bool highPriorityLaunchThread = true;  // hp_launch_thread (session/launch_thread.h)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Hardware work queues (issue #9): every tenant's streams are tallyd's, and the driver maps one
 # process's streams onto CUDA_DEVICE_MAX_CONNECTIONS queues per GPU (8 unless set). A stream that
-# shares a queue waits behind the other stream's queued kernels, whatever the priorities. With
-# tallyd's default (`hardware_queues = 32`) a high-priority tenant next to a best-effort one that
-# keeps 12 streams 5 ms deep still gets its empty kernel back in well under one of those kernels
-# (0.5 ms); `--hardware-queues 8` is run too and its figure printed, to show what the default
-# prevents (not asserted: it is the driver's choice). Clients run with the GPU hidden (when root).
+# shares a queue with a busy one waits behind its queued kernels, whatever the priorities. With
+# tallyd's defaults a high-priority tenant next to a best-effort one that keeps 12 streams 5 ms
+# deep (more busy streams than queues) must still get its empty kernel back in well under one of
+# those kernels (0.5 ms). `--hardware-queues 32` is run too and its figure printed (not asserted:
+# more queues cost the HP tenant time, docs/scheduler.md). Clients run with the GPU hidden (when root).
 #
 #   tests/gpu/hardware_queues.sh <build dir>      (OUT=<dir> keeps tallyd's log and the results)
 # Exit: 0 all passed, 1 a check failed, 77 no GPU visible (skip).
@@ -67,7 +67,7 @@ pair() {  # prefix: HP alone, then HP next to the busy best-effort tenant
 below() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$1" "$2"; }
 
 start_tallyd
-grep -q "32 hardware work queues per GPU" "$TMPD/tallyd.log" && echo "PASS tallyd asked for 32 queues" ||
+grep -Eq "[0-9]+ hardware work queues per GPU" "$TMPD/tallyd.log" && echo "PASS tallyd logged its hardware queues" ||
   { echo "FAIL tallyd did not log its hardware queues"; FAILED=1; }
 pair default
 expect "best-effort kernels all ran ($(field default-be launches) launches)" "[[ $(field default-be correct) == True ]]"
@@ -75,8 +75,8 @@ alone=$(field default-alone median_us) shared=$(field default-hp median_us)
 echo "HP round trip alone ${alone} µs, next to ${BE_STREAMS} busy best-effort streams ${shared} µs (median)"
 expect "HP next to ${BE_STREAMS} busy streams answers within 100 µs, not behind their 0.5 ms kernels" "below $shared 100"
 
-start_tallyd --hardware-queues 8
-pair eight
-echo "note: with 8 hardware queues the same HP round trip took $(field eight-hp median_us) µs (median; alone $(field eight-alone median_us) µs)"
+start_tallyd --hardware-queues 32
+pair many
+echo "note: with 32 hardware queues the same HP round trip took $(field many-hp median_us) µs (median; alone $(field many-alone median_us) µs)"
 [[ $FAILED -eq 0 ]] && echo "hardware_queues: all passed" || echo "hardware_queues: FAILED"
 exit $FAILED

@@ -913,7 +913,7 @@ for line in text.splitlines():
     assert line.startswith("# HELP ") or line.startswith("# TYPE ") or sample.match(line), f"bad line: {line!r}"
 for want in ("tally_up 1", "tally_tenants 0", "tally_draining 0", "# TYPE tally_tenant_queueing_delay_seconds histogram",
              "# TYPE tally_gpu_sms_kept_from_best_effort gauge", "# TYPE tally_gpu_streams gauge",
-             "tally_gpu_hardware_queues 32"):
+             "tally_gpu_hardware_queues 8"):
     assert want in text, f"missing {want!r}"
 try:
     urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing", timeout=5)
