@@ -13,6 +13,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "probe_common.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,22 +26,7 @@
 
 namespace {
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    auto status_ = (x);                                                       \
-    if (static_cast<int>(status_) != 0) {                                     \
-      std::fprintf(stderr, "%s failed: %d\n", #x, static_cast<int>(status_)); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
-
 __global__ void empty() {}
-
-__global__ void spinNanos(unsigned nanos) {
-  unsigned long long start = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  for (unsigned long long now = start; now - start < nanos;) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-}
 
 __global__ void holdUntil(const volatile unsigned* release) {
   while (*release == 0) {
@@ -69,7 +56,7 @@ void measure(const char* way, int pollers, CUstream hp, CUevent done, int reps) 
     auto t0 = Clock::now();
     empty<<<1, 1, 0, hp>>>();
     double l = micros(t0);
-    CHECK(cuEventRecord(done, hp));
+    PROBE_CHECK(cuEventRecord(done, hp));
     waitForEvent(done);
     double rt = micros(t0);
     if (i >= 100) {
@@ -80,7 +67,7 @@ void measure(const char* way, int pollers, CUstream hp, CUevent done, int reps) 
   for (int i = 0; i < reps / 10 + 20; ++i) {
     auto t0 = Clock::now();
     for (int k = 0; k < 8; ++k) spinNanos<<<132, 128, 0, hp>>>(20000);
-    CHECK(cuEventRecord(done, hp));
+    PROBE_CHECK(cuEventRecord(done, hp));
     waitForEvent(done);
     if (i >= 20) request.push_back(micros(t0));
   }
@@ -91,7 +78,7 @@ void measure(const char* way, int pollers, CUstream hp, CUevent done, int reps) 
 
 void pollLoop(const std::string& way, CUcontext context, CUstream busy, CUevent pending, const volatile unsigned* word,
               const std::atomic<bool>& stop) {
-  CHECK(cuCtxSetCurrent(context));
+  PROBE_CHECK(cuCtxSetCurrent(context));
   while (!stop.load(std::memory_order_relaxed)) {
     if (way == "event") {
       (void)cuEventQuery(pending);
@@ -108,26 +95,26 @@ void pollLoop(const std::string& way, CUcontext context, CUstream busy, CUevent 
 
 int main(int argc, char** argv) {
   int reps = argc > 1 ? std::atoi(argv[1]) : 20000;
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaFree(nullptr));
+  PROBE_CHECK(cudaSetDevice(0));
+  PROBE_CHECK(cudaFree(nullptr));
   CUcontext context = nullptr;
-  CHECK(cuCtxGetCurrent(&context));
+  PROBE_CHECK(cuCtxGetCurrent(&context));
   int leastPriority = 0, greatestPriority = 0;
-  CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
+  PROBE_CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
   CUstream hp = nullptr;
-  CHECK(cuStreamCreateWithPriority(&hp, CU_STREAM_NON_BLOCKING, greatestPriority));
+  PROBE_CHECK(cuStreamCreateWithPriority(&hp, CU_STREAM_NON_BLOCKING, greatestPriority));
   CUevent done = nullptr;
-  CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  PROBE_CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
   unsigned* release = nullptr;
-  CHECK(cudaHostAlloc(&release, 64, cudaHostAllocMapped));
+  PROBE_CHECK(cudaHostAlloc(&release, 64, cudaHostAllocMapped));
   unsigned* releaseDevice = nullptr;
-  CHECK(cudaHostGetDevicePointer(&releaseDevice, release, 0));
+  PROBE_CHECK(cudaHostGetDevicePointer(&releaseDevice, release, 0));
   // Load every kernel before one of them holds an SM: a lazy module load waits for the device.
   *release = 1;
   empty<<<1, 1, 0, hp>>>();
   spinNanos<<<1, 1, 0, hp>>>(1000);
   holdUntil<<<1, 1, 0, hp>>>(releaseDevice);
-  CHECK(cudaDeviceSynchronize());
+  PROBE_CHECK(cudaDeviceSynchronize());
 
   for (const char* way : {"none", "event", "stream", "word"}) {
     for (int pollers : {1, 3}) {
@@ -139,10 +126,10 @@ int main(int argc, char** argv) {
       std::atomic<bool> stop{false};
       std::vector<std::thread> threads;
       for (int p = 0; p < pollers; ++p) {
-        CHECK(cuStreamCreateWithPriority(&busy[p], CU_STREAM_NON_BLOCKING, leastPriority));
-        CHECK(cuEventCreate(&pending[p], CU_EVENT_DISABLE_TIMING));
+        PROBE_CHECK(cuStreamCreateWithPriority(&busy[p], CU_STREAM_NON_BLOCKING, leastPriority));
+        PROBE_CHECK(cuEventCreate(&pending[p], CU_EVENT_DISABLE_TIMING));
         holdUntil<<<1, 1, 0, busy[p]>>>(releaseDevice);
-        CHECK(cuEventRecord(pending[p], busy[p]));
+        PROBE_CHECK(cuEventRecord(pending[p], busy[p]));
         if (std::string(way) != "none") {
           threads.emplace_back(pollLoop, std::string(way), context, busy[p], pending[p], release, std::cref(stop));
         }
@@ -151,10 +138,10 @@ int main(int argc, char** argv) {
       stop = true;
       for (auto& t : threads) t.join();
       __atomic_store_n(release, 1u, __ATOMIC_RELEASE);
-      CHECK(cudaDeviceSynchronize());
+      PROBE_CHECK(cudaDeviceSynchronize());
       for (int p = 0; p < pollers; ++p) {
-        CHECK(cuEventDestroy(pending[p]));
-        CHECK(cuStreamDestroy(busy[p]));
+        PROBE_CHECK(cuEventDestroy(pending[p]));
+        PROBE_CHECK(cuStreamDestroy(busy[p]));
       }
     }
   }

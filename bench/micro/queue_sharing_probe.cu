@@ -17,6 +17,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "probe_common.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,22 +28,7 @@
 
 namespace {
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    auto status_ = (x);                                                       \
-    if (static_cast<int>(status_) != 0) {                                     \
-      std::fprintf(stderr, "%s failed: %d\n", #x, static_cast<int>(status_)); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
-
 __global__ void empty() {}
-
-__global__ void spinNanos(unsigned nanos) {
-  unsigned long long start = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  for (unsigned long long now = start; now - start < nanos;) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -49,7 +36,7 @@ CUfunction emptyFn = nullptr;
 CUfunction spinFn = nullptr;
 
 void launch(CUfunction f, unsigned blocks, unsigned threads, CUstream s, void** args) {
-  CHECK(cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, s, args, nullptr));
+  PROBE_CHECK(cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, s, args, nullptr));
 }
 
 void spinOn(CUstream s) {
@@ -65,7 +52,7 @@ void measure(const char* placement, const char* priority, const std::vector<CUst
     for (CUstream s : busy) spinOn(s);  // keep every busy queue 5 ms long
     auto t0 = Clock::now();
     launch(emptyFn, 1, 1, probe, nullptr);
-    CHECK(cuEventRecord(done, probe));
+    PROBE_CHECK(cuEventRecord(done, probe));
     while (cuEventQuery(done) == CUDA_ERROR_NOT_READY) __builtin_ia32_pause();
     if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
@@ -82,37 +69,37 @@ void measure(const char* placement, const char* priority, const std::vector<CUst
 
 CUgreenCtx everySmGreenContext(CUdevice dev) {
   CUdevResource all{};
-  CHECK(cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM));
+  PROBE_CHECK(cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM));
   CUdevResourceDesc desc = nullptr;
-  CHECK(cuDevResourceGenerateDesc(&desc, &all, 1));
+  PROBE_CHECK(cuDevResourceGenerateDesc(&desc, &all, 1));
   CUgreenCtx green = nullptr;
-  CHECK(cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+  PROBE_CHECK(cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
   return green;
 }
 
 CUstream makeStream(CUgreenCtx green, int priority) {
   CUstream s = nullptr;
   if (green != nullptr) {
-    CHECK(cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, priority));
+    PROBE_CHECK(cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, priority));
   } else {
-    CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, priority));
+    PROBE_CHECK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, priority));
   }
   return s;
 }
 
 int runChurn(CUevent done) {
   int leastPriority = 0, greatestPriority = 0;
-  CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
+  PROBE_CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
   CUstream probe = makeStream(nullptr, greatestPriority);
   CUstream churned = makeStream(nullptr, leastPriority);
-  CHECK(cuStreamDestroy(churned));
+  PROBE_CHECK(cuStreamDestroy(churned));
   std::vector<CUstream> busy(7);
   for (auto& s : busy) {
     s = makeStream(nullptr, leastPriority);
     for (int k = 0; k < 10; ++k) spinOn(s);
   }
   measure("churn: timed, 1 created and destroyed, 7 busy", "highest", busy, probe, done, 100);
-  CHECK(cudaDeviceSynchronize());
+  PROBE_CHECK(cudaDeviceSynchronize());
   return 0;
 }
 
@@ -121,16 +108,16 @@ int runChurn(CUevent done) {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   int reps = argc > 1 && mode != "churn" ? std::atoi(argv[1]) : 100;
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaFree(nullptr));
+  PROBE_CHECK(cudaSetDevice(0));
+  PROBE_CHECK(cudaFree(nullptr));
   CUdevice dev = 0;
-  CHECK(cuCtxGetDevice(&dev));
+  PROBE_CHECK(cuCtxGetDevice(&dev));
   int leastPriority = 0, greatestPriority = 0;
-  CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
-  CHECK(cudaGetFuncBySymbol(&emptyFn, reinterpret_cast<const void*>(empty)));
-  CHECK(cudaGetFuncBySymbol(&spinFn, reinterpret_cast<const void*>(spinNanos)));
+  PROBE_CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
+  PROBE_CHECK(cudaGetFuncBySymbol(&emptyFn, reinterpret_cast<const void*>(empty)));
+  PROBE_CHECK(cudaGetFuncBySymbol(&spinFn, reinterpret_cast<const void*>(spinNanos)));
   CUevent done = nullptr;
-  CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  PROBE_CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
   if (mode == "churn") return runChurn(done);
   CUgreenCtx busyGreen = everySmGreenContext(dev);
   CUgreenCtx probeGreen = everySmGreenContext(dev);
@@ -155,15 +142,15 @@ int main(int argc, char** argv) {
         }
         CUstream probe = makeStream(where.probe, high ? greatestPriority : 0);
         measure(where.name, high ? "highest" : "default", busy, probe, done, reps);
-        CHECK(cudaDeviceSynchronize());
-        CHECK(cuStreamSynchronize(probe));
-        for (auto& s : busy) CHECK(cuStreamSynchronize(s));
-        CHECK(cuStreamDestroy(probe));
-        for (auto& s : busy) CHECK(cuStreamDestroy(s));
+        PROBE_CHECK(cudaDeviceSynchronize());
+        PROBE_CHECK(cuStreamSynchronize(probe));
+        for (auto& s : busy) PROBE_CHECK(cuStreamSynchronize(s));
+        PROBE_CHECK(cuStreamDestroy(probe));
+        for (auto& s : busy) PROBE_CHECK(cuStreamDestroy(s));
       }
     }
   }
-  CHECK(cuGreenCtxDestroy(busyGreen));
-  CHECK(cuGreenCtxDestroy(probeGreen));
+  PROBE_CHECK(cuGreenCtxDestroy(busyGreen));
+  PROBE_CHECK(cuGreenCtxDestroy(probeGreen));
   return 0;
 }

@@ -15,6 +15,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "probe_common.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,15 +26,6 @@
 #include <vector>
 
 namespace {
-
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    auto status_ = (x);                                                       \
-    if (static_cast<int>(status_) != 0) {                                     \
-      std::fprintf(stderr, "%s failed: %d\n", #x, static_cast<int>(status_)); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
 
 __global__ void readBack(const unsigned* src, unsigned words, volatile unsigned* dst, volatile unsigned* flag,
                          unsigned value) {
@@ -62,48 +55,48 @@ void time(const char* way, size_t bytes, int reps, const std::function<void(unsi
 
 int main(int argc, char** argv) {
   int reps = argc > 1 ? std::atoi(argv[1]) : 5000;
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaFree(nullptr));
+  PROBE_CHECK(cudaSetDevice(0));
+  PROBE_CHECK(cudaFree(nullptr));
   CUstream stream = nullptr;
-  CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CUevent event = nullptr;
-  CHECK(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  PROBE_CHECK(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
   unsigned* device = nullptr;
-  CHECK(cudaMalloc(&device, 1 << 20));
-  CHECK(cudaMemset(device, 7, 1 << 20));
+  PROBE_CHECK(cudaMalloc(&device, 1 << 20));
+  PROBE_CHECK(cudaMemset(device, 7, 1 << 20));
   unsigned* pinned = nullptr;
-  CHECK(cudaHostAlloc(&pinned, 1 << 20, cudaHostAllocMapped));
+  PROBE_CHECK(cudaHostAlloc(&pinned, 1 << 20, cudaHostAllocMapped));
   unsigned* flag = nullptr;
-  CHECK(cudaHostAlloc(&flag, 64, cudaHostAllocMapped));
+  PROBE_CHECK(cudaHostAlloc(&flag, 64, cudaHostAllocMapped));
   unsigned* pinnedDevice = nullptr;
   unsigned* flagDevice = nullptr;
-  CHECK(cudaHostGetDevicePointer(&pinnedDevice, pinned, 0));
-  CHECK(cudaHostGetDevicePointer(&flagDevice, flag, 0));
+  PROBE_CHECK(cudaHostGetDevicePointer(&pinnedDevice, pinned, 0));
+  PROBE_CHECK(cudaHostGetDevicePointer(&flagDevice, flag, 0));
   std::vector<char> pageable(1 << 20);
   auto src = reinterpret_cast<CUdeviceptr>(device);
   for (size_t bytes : {size_t{4}, size_t{256}, size_t{4096}}) {
-    time("memcpy_pageable", bytes, reps, [&](unsigned) { CHECK(cudaMemcpy(pageable.data(), device, bytes, cudaMemcpyDeviceToHost)); });
+    time("memcpy_pageable", bytes, reps, [&](unsigned) { PROBE_CHECK(cudaMemcpy(pageable.data(), device, bytes, cudaMemcpyDeviceToHost)); });
     time("dma_event", bytes, reps, [&](unsigned) {
-      CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
-      CHECK(cuEventRecord(event, stream));
+      PROBE_CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
+      PROBE_CHECK(cuEventRecord(event, stream));
       while (cuEventQuery(event) == CUDA_ERROR_NOT_READY) __builtin_ia32_pause();
     });
     // The submission alone (the driver call's own cost), then the wait outside the timing.
     time("dma_submit_only", bytes, reps, [&](unsigned) {
-      CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
+      PROBE_CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
     });
-    CHECK(cuStreamSynchronize(stream));
+    PROBE_CHECK(cuStreamSynchronize(stream));
     time("dma_stream_query", bytes, reps, [&](unsigned) {
-      CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
+      PROBE_CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
       while (cuStreamQuery(stream) == CUDA_ERROR_NOT_READY) __builtin_ia32_pause();
     });
     time("dma_sync", bytes, reps, [&](unsigned) {
-      CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
-      CHECK(cuStreamSynchronize(stream));
+      PROBE_CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
+      PROBE_CHECK(cuStreamSynchronize(stream));
     });
     time("dma_flag", bytes, reps, [&](unsigned v) {
-      CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
-      CHECK(cuStreamWriteValue32(stream, reinterpret_cast<CUdeviceptr>(flagDevice), v, CU_STREAM_WRITE_VALUE_DEFAULT));
+      PROBE_CHECK(cuMemcpyDtoHAsync(pinned, src, bytes, stream));
+      PROBE_CHECK(cuStreamWriteValue32(stream, reinterpret_cast<CUdeviceptr>(flagDevice), v, CU_STREAM_WRITE_VALUE_DEFAULT));
       spinUntil(flag, v);
     });
     time("kernel_flag", bytes, reps, [&](unsigned v) {

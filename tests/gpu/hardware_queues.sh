@@ -22,36 +22,22 @@ reason=$(tl_gpu_skip_reason)
 [[ -z $reason ]] || { echo "SKIP: no GPU visible to tallyd ($reason)"; exit 77; }
 TMPD=$(mktemp -d "${TMPDIR:-/tmp}/tally-queues.XXXXXX")
 SOCK=$TMPD/tallyd.sock
-TALLYD_PID=""
 FAILED=0
-cleanup() {
-  [[ -n $TALLYD_PID ]] && kill -TERM "$TALLYD_PID" 2>/dev/null && wait "$TALLYD_PID" 2>/dev/null
-  if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT" && cp -f "$TMPD"/*.log "$TMPD"/*.json "$OUT/" 2>/dev/null; fi
-  rm -rf "$TMPD"
-}
-trap cleanup EXIT
-HIDE=()
-if [[ $(id -u) -eq 0 ]] && unshare -m bash "$HERE/hide_gpu.sh" "$TMPD/olddev" true 2>/dev/null; then
-  HIDE=(unshare -m bash "$HERE/hide_gpu.sh" "$TMPD/olddev")
-else
-  echo "note: clients see the GPU (not root, or no mount namespace)"
-fi
+trap 'tl_stop_tallyd; [[ -n ${OUT:-} ]] && mkdir -p "$OUT" && cp -f "$TMPD"/*.log "$TMPD"/*.json "$OUT/" 2>/dev/null; rm -rf "$TMPD"' EXIT
+tl_setup_hide "$TMPD" ""
+[[ -z $TL_HIDE_NOTE ]] || echo "$TL_HIDE_NOTE"
 printf 'allow_anonymous_high_priority = true\n' >"$TMPD/tallyd.toml"
 
 start_tallyd() {
-  [[ -n $TALLYD_PID ]] && kill -TERM "$TALLYD_PID" 2>/dev/null && wait "$TALLYD_PID" 2>/dev/null
-  rm -f "$SOCK"
-  "$BUILD/server/tallyd" --listen "unix:$SOCK" --admin "" --config "$TMPD/tallyd.toml" --policy priority "$@" \
-    >>"$TMPD/tallyd.log" 2>&1 &
-  TALLYD_PID=$!
-  for _ in $(seq 1 100); do [[ -S $SOCK ]] && return 0; sleep 0.05; done
-  echo "FAIL tallyd did not start"; tail -5 "$TMPD/tallyd.log"; exit 1
+  tl_stop_tallyd
+  tl_start_tallyd "$BUILD/server/tallyd" "$SOCK" "$TMPD/tallyd.log" --admin "" --config "$TMPD/tallyd.toml" \
+    --policy priority "$@" || { echo "FAIL tallyd did not start"; tail -5 "$TMPD/tallyd.log"; exit 1; }
 }
 client() {  # priority out args...
   local priority=$1 out=$2
   shift 2
-  env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_PRIORITY="$priority" \
-    "${HIDE[@]}" "$TENANT" "$@" >"$TMPD/$out.json" 2>>"$TMPD/clients.log"
+  tl_hidden env LD_PRELOAD="$BUILD/client/libtally_client.so" TALLY_SERVER="unix:$SOCK" TALLY_PRIORITY="$priority" \
+    "$TENANT" "$@" >"$TMPD/$out.json" 2>>"$TMPD/clients.log"
 }
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$TMPD/$1.json" "$2"; }
 expect() {  # description condition
