@@ -62,9 +62,13 @@ void Gpu::requestHardwareQueues(unsigned count) {
 }
 
 unsigned Gpu::hardwareQueues() {
-  const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  int count = set != nullptr ? std::atoi(set) : 0;
-  return count > 0 ? static_cast<unsigned>(count) : 8;
+  // Read once, after requestHardwareQueues: the driver read it when the contexts were made.
+  static const unsigned queues = [] {
+    const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    int count = set != nullptr ? std::atoi(set) : 0;
+    return count > 0 ? static_cast<unsigned>(count) : 8u;
+  }();
+  return queues;
 }
 
 void Gpu::streamCreated() {

@@ -758,5 +758,21 @@ TEST(MemPoolSession, TrimGivesBackWhatTheTenantFreedAndWaitedFor) {
   EXPECT_EQ(t.endCapture(kOtherStream, 300).status, CUDA_SUCCESS);  // the capture was not touched
 }
 
+// --- hardware queues --------------------------------------------------------------------------------
+
+// tally_gpu_streams counts every driver stream a tenant holds, and none after it left: past the
+// GPU's hardware queues, streams share them (docs/scheduler.md, "Hardware queues").
+TEST(StreamCount, ATenantsDriverStreamsAreCountedUntilItLeaves) {
+  server::gpu::Gpu* g = openGpus()[0];
+  const unsigned before = g->liveStreams();
+  Tenant t(server());
+  t.prepare();  // its legacy stream (the memset) and kStream
+  t.createStream(kOtherStream, true);
+  EXPECT_EQ(t.synchronize(kOtherStream).status, CUDA_SUCCESS);  // after the one-way creates
+  EXPECT_GE(g->liveStreams(), before + 3) << "the legacy stream and two created ones";
+  t.leave();
+  EXPECT_EQ(g->liveStreams(), before) << "a tenant that left still counts streams";
+}
+
 }  // namespace
 }  // namespace tally
