@@ -73,9 +73,11 @@ unsigned Gpu::hardwareQueues() {
 
 void Gpu::streamCreated() {
   unsigned live = liveStreams_.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (live == hardwareQueues() + 1) {
+  // Once: a count that moves around the limit would log on every tenant that comes and goes.
+  if (live > hardwareQueues() && !sharingLogged_.exchange(true, std::memory_order_relaxed)) {
     spdlog::info("GPU {}: {} live streams, more than its {} hardware queues: new streams share queues "
-                 "(a stream beside a busy one waits behind its queued work; hardware_queues)",
+                 "(a stream beside a busy one waits behind its queued work; logged once, tally_gpu_streams "
+                 "follows the count; hardware_queues)",
                  ordinal(), live, hardwareQueues());
   }
 }

@@ -84,8 +84,8 @@ class Gpu {
   void tenantArrived();
   void tenantLeft();
   // Driver streams of every tenant on this GPU. Past hardwareQueues() a new stream shares a
-  // queue with an older one and waits behind its queued work, whatever their priorities; each
-  // crossing is logged and tally_gpu_streams exported, so that an operator can tell.
+  // queue with an older one and waits behind its queued work, whatever their priorities; the
+  // first time is logged and tally_gpu_streams exported, so that an operator can tell.
   void streamCreated();
   void streamDestroyed();
   unsigned liveStreams() const { return liveStreams_.load(std::memory_order_relaxed); }
@@ -113,6 +113,7 @@ class Gpu {
   std::mutex tenantsMutex_;
   size_t tenants_ = 0;
   std::atomic<unsigned> liveStreams_{0};
+  std::atomic<bool> sharingLogged_{false};
   std::mutex limitMutex_;
   std::map<int, size_t> initialLimits_;
 };

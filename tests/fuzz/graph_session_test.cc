@@ -17,6 +17,8 @@
 
 #include <cuda.h>
 #include <dirent.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -772,6 +774,35 @@ TEST(StreamCount, ATenantsDriverStreamsAreCountedUntilItLeaves) {
   EXPECT_GE(g->liveStreams(), before + 3) << "the legacy stream and two created ones";
   t.leave();
   EXPECT_EQ(g->liveStreams(), before) << "a tenant that left still counts streams";
+}
+
+// Past the GPU's hardware queues tallyd says so once, not at every tenant that comes and goes.
+TEST(StreamCount, StreamsPastTheHardwareQueuesAreLoggedOnce) {
+  server::gpu::Gpu* g = openGpus()[0];
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("stream_count_test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  auto count = [&log] {
+    std::string text = log.str();
+    size_t found = 0;
+    for (size_t at = text.find("hardware queues"); at != std::string::npos; at = text.find("hardware queues", at + 1)) {
+      ++found;
+    }
+    return found;
+  };
+  for (int round = 0; round < 2; ++round) {
+    Tenant t(server());
+    t.prepare();
+    for (uint64_t i = 0; g->liveStreams() <= server::gpu::Gpu::hardwareQueues() + 1; ++i) {
+      t.createStream(kBlockingStream + 100 + i, true);
+      ASSERT_EQ(t.synchronize(kStream).status, CUDA_SUCCESS);  // the create has been handled
+      ASSERT_LT(i, 64u) << "streams are not counted";
+    }
+    t.leave();
+    EXPECT_EQ(count(), 1u) << "round " << round << ": " << log.str();
+  }
+  spdlog::set_default_logger(previous);
 }
 
 }  // namespace
