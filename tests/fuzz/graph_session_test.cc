@@ -779,6 +779,7 @@ TEST(StreamCount, ATenantsDriverStreamsAreCountedUntilItLeaves) {
 // Past the GPU's hardware queues tallyd says so once, not at every tenant that comes and goes.
 TEST(StreamCount, StreamsPastTheHardwareQueuesAreLoggedOnce) {
   server::gpu::Gpu* g = openGpus()[0];
+  Server& shared = server();  // made before the capture: making it sets up tallyd's logging
   std::ostringstream log;
   auto previous = spdlog::default_logger();
   spdlog::set_default_logger(
@@ -792,7 +793,7 @@ TEST(StreamCount, StreamsPastTheHardwareQueuesAreLoggedOnce) {
     return found;
   };
   for (int round = 0; round < 2; ++round) {
-    Tenant t(server());
+    Tenant t(shared);
     t.prepare();
     for (uint64_t i = 0; g->liveStreams() <= server::gpu::Gpu::hardwareQueues() + 1; ++i) {
       t.createStream(kBlockingStream + 100 + i, true);
