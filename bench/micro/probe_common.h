@@ -14,7 +14,8 @@
     }                                                                         \
   } while (0)
 
-// Spins `nanos` of GPU time (%globaltimer), whatever the SM's clock.
+// Spins `nanos` of GPU time (%globaltimer), whatever the SM's clock. Defined here: include this
+// header from one file per probe (each probe is one program).
 __global__ void spinNanos(unsigned nanos) {
   unsigned long long start = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
