@@ -231,14 +231,36 @@ CUresult copyToDevice(const Copy2D& c, uint64_t stream, bool sync) {
   return CUDA_SUCCESS;
 }
 
+void fillSharedCopyToHost(wire::Call::Builder call, uint64_t stream, const Copy2D& c) {
+  auto m = call.initMemcpy();
+  fillCopy(m, wire::CopyKind::DEVICE_TO_HOST, stream, c);
+  m.setHostShared(true);
+}
+
+// A small copy into pageable memory (natively synchronous too): the GPU writes the bytes into
+// the landing area of the call's completion slot, then the slot's word, and this thread copies
+// them out: no staging in tallyd and no reply carrying them. nullopt: no slot free.
+std::optional<CUresult> copyToHostThroughLanding(const Copy2D& c, uint64_t stream) {
+  CompletionWords* words = rt().completionWords();
+  CompletionWords::Slot slot = words != nullptr ? words->acquire() : CompletionWords::Slot();
+  if (!slot) return std::nullopt;
+  Copy2D landed = c;
+  landed.dst = reinterpret_cast<uint64_t>(slot.landing());
+  CUresult r = rt().sync(slot, [&](wire::Call::Builder call) { fillSharedCopyToHost(call, stream, landed); });
+  if (r == CUDA_SUCCESS && !host_memory::copyOut(reinterpret_cast<char*>(c.dst), slot.landing(), c.width)) {
+    r = CUDA_ERROR_INVALID_VALUE;  // the application's destination cannot be written
+  }
+  if (r == CUDA_SUCCESS) rt().noteStreamDrained(stream, Connection::lastMessageOfThisThread());
+  return r;
+}
+
 CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
   auto region = hostRegionOf(c.dst, c.extent(c.dstPitch));
   if (region && region->shared) {
-    return sendCopy([&](wire::Call::Builder call) {
-      auto m = call.initMemcpy();
-      fillCopy(m, wire::CopyKind::DEVICE_TO_HOST, stream, c);
-      m.setHostShared(true);
-    }, sync);
+    return sendCopy([&](wire::Call::Builder call) { fillSharedCopyToHost(call, stream, c); }, sync);
+  }
+  if (!region && c.height == 1 && c.width <= CompletionWords::kLandingBytes) {
+    if (auto r = copyToHostThroughLanding(c, stream)) return *r;
   }
   if (!region && c.height == 1 && c.width >= StagingRing::kMinBytes && rt().stagingRing() != nullptr) {
     // Pageable destination: natively synchronous anyway, so the shared slots can carry it.

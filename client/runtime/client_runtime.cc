@@ -16,6 +16,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <condition_variable>
 #include <deque>
 #include <thread>
@@ -166,13 +167,23 @@ CUresult ClientRuntime::postNow(const CallBuilder& build) {
 }
 
 CUresult ClientRuntime::call(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd) {
+  return roundTrip(build, reply, bulk, fd, nullptr);
+}
+
+CUresult ClientRuntime::roundTrip(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd,
+                                  const CompletionWords::Slot* slot) {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
   capnp::MallocMessageBuilder message(128);
   uint64_t id = connection_->nextCallId();
   buildCall(message, id, build);
+  const std::atomic<uint32_t>* word = nullptr;
+  if (slot != nullptr && *slot && static_cast<uint32_t>(id) != 0) {  // a word never holds 0 for a call
+    word = &slot->word();
+    message.getRoot<wire::ClientMessage>().getCalls()[0].setCompletionWord(reinterpret_cast<uint64_t>(word));
+  }
   ReplyMessage local;
   ReplyMessage& out = reply != nullptr ? *reply : local;
-  if (CUresult r = connection_->roundTrip(id, message, out, bulk, fd); r != CUDA_SUCCESS) return r;
+  if (CUresult r = connection_->roundTrip(id, message, out, bulk, fd, word); r != CUDA_SUCCESS) return r;
   auto answer = out.reply();
   if (answer.getDeferredStatus() != CUDA_SUCCESS) {
     int expected = CUDA_SUCCESS;
@@ -182,7 +193,15 @@ CUresult ClientRuntime::call(const CallBuilder& build, ReplyMessage* reply, std:
 }
 
 CUresult ClientRuntime::sync(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk) {
-  CUresult own = call(build, reply, bulk);
+  CompletionWords* words = completionWords();
+  CompletionWords::Slot slot = words != nullptr ? words->acquire() : CompletionWords::Slot();
+  CUresult own = roundTrip(build, reply, bulk, -1, &slot);
+  CUresult earlier = static_cast<CUresult>(pendingAsyncError_.exchange(CUDA_SUCCESS));
+  return own != CUDA_SUCCESS ? own : earlier;
+}
+
+CUresult ClientRuntime::sync(const CompletionWords::Slot& slot, const CallBuilder& build) {
+  CUresult own = roundTrip(build, nullptr, {}, -1, &slot);
   CUresult earlier = static_cast<CUresult>(pendingAsyncError_.exchange(CUDA_SUCCESS));
   return own != CUDA_SUCCESS ? own : earlier;
 }
@@ -224,13 +243,25 @@ StagingRing* ClientRuntime::stagingRing() {
   return stagingRing_.get();
 }
 
+MapSharedRegion ClientRuntime::sharedRegionMapper() {
+  return [this](size_t bytes, void*& local, uint64_t& serverAddress) {
+    return mapSharedHostMemory(bytes, local, serverAddress);
+  };
+}
+
+CompletionWords* ClientRuntime::completionWords() {
+  if (!sharedHostMemory_ || ready() != CUDA_SUCCESS) return nullptr;
+  std::call_once(completionWordsOnce_, [this] {
+    if (const char* off = std::getenv("TALLY_COMPLETION_WORDS"); off != nullptr && std::string_view(off) == "0") return;
+    completionWords_ = CompletionWords::open(sharedRegionMapper());
+  });
+  return completionWords_.get();
+}
+
 HostCallbackWords* ClientRuntime::hostCallbackWords() {
   if (!sharedHostMemory_ || ready() != CUDA_SUCCESS) return nullptr;
   std::call_once(callbackWordsOnce_, [this] {
-    auto map = [this](size_t bytes, void*& local, uint64_t& serverAddress) {
-      return mapSharedHostMemory(bytes, local, serverAddress);
-    };
-    callbackWords_ = HostCallbackWords::open(map, [this] { hostCallbacksRun_.fetch_add(1); });
+    callbackWords_ = HostCallbackWords::open(sharedRegionMapper(), [this] { hostCallbacksRun_.fetch_add(1); });
   });
   return callbackWords_.get();
 }

@@ -12,7 +12,7 @@ constexpr size_t kRegionBytes = 64 * 1024;  // 8192 streams with callbacks
 constexpr auto kPollPeriod = std::chrono::microseconds(10);
 }  // namespace
 
-std::unique_ptr<HostCallbackWords> HostCallbackWords::open(const MapRegion& mapRegion, std::function<void()> onCallbackRun) {
+std::unique_ptr<HostCallbackWords> HostCallbackWords::open(const MapSharedRegion& mapRegion, std::function<void()> onCallbackRun) {
   void* region = nullptr;
   uint64_t serverAddress = 0;
   if (mapRegion(kRegionBytes, region, serverAddress) != CUDA_SUCCESS) return nullptr;

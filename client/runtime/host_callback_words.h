@@ -7,6 +7,8 @@
 // so a load waiting for a stream parked at a callback could wait forever (docs/scheduler.md).
 #pragma once
 
+#include "client/runtime/shared_memfd.h"
+
 #include <cuda.h>
 
 #include <atomic>
@@ -24,10 +26,8 @@ namespace tally::client {
 
 class HostCallbackWords {
  public:
-  // Maps `bytes` shared with tallyd: the local address and where tallyd's GPU sees it (0: not).
-  using MapRegion = std::function<CUresult(size_t bytes, void*& local, uint64_t& serverAddress)>;
   // Maps the region (one call to tallyd); nullptr when memory cannot be shared.
-  static std::unique_ptr<HostCallbackWords> open(const MapRegion& mapRegion, std::function<void()> onCallbackRun);
+  static std::unique_ptr<HostCallbackWords> open(const MapSharedRegion& mapRegion, std::function<void()> onCallbackRun);
   ~HostCallbackWords();
 
   struct Ticket {

@@ -5,9 +5,12 @@
 // and tallyd can check the seals with F_GET_SEALS.
 #pragma once
 
+#include <cuda.h>
 #include <fcntl.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace tally::client {
@@ -17,5 +20,9 @@ inline constexpr int kSharedMemfdSeals = F_SEAL_SHRINK | F_SEAL_SEAL;
 
 // A memfd of `size` bytes, sealed with kSharedMemfdSeals; -1 with `error` saying why.
 int createSealedMemfd(size_t size, std::string& error);
+
+// Maps `bytes` shared with tallyd (ClientRuntime::mapSharedHostMemory): the local address, and
+// where tallyd's GPU sees it (0: the driver there could not register it).
+using MapSharedRegion = std::function<CUresult(size_t bytes, void*& local, uint64_t& serverAddress)>;
 
 }  // namespace tally::client

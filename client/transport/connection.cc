@@ -50,6 +50,12 @@ ReplyMessage::ReplyMessage(kj::Array<capnp::word> words) : words_(std::move(word
 
 wire::Reply::Reader ReplyMessage::reply() { return reader_->getRoot<wire::ServerMessage>().getReply(); }
 
+ReplyMessage ReplyMessage::success(uint64_t id) {
+  capnp::MallocMessageBuilder message(16);
+  message.initRoot<wire::ServerMessage>().initReply().setId(id);
+  return ReplyMessage(capnp::messageToFlatArray(message));
+}
+
 Connection::Connection(int fd, std::string endpointText, std::unique_ptr<frame::RecordLayer> records)
     : fd_(fd),
       endpointText_(std::move(endpointText)),
@@ -426,6 +432,11 @@ bool Connection::pollForReply(PendingCall& pending) {
         if (!alive) break;
       }
       if (pending.state.load(std::memory_order_acquire) != 0) break;
+      if (pending.word != nullptr && pending.word->load(std::memory_order_acquire) == static_cast<uint32_t>(pending.id)) {
+        int waiting = 0;
+        pending.state.compare_exchange_strong(waiting, 3, std::memory_order_acq_rel);
+        break;
+      }
       if (round % 64 == 0 && std::chrono::steady_clock::now() >= deadline) break;
       __builtin_ia32_pause();
     }
@@ -442,15 +453,23 @@ CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
     std::lock_guard lock(pendingMutex_);
     pending_.erase(pending.id);
   }
-  if (pending.state.load() != 1) return lostStatus();
+  // Its reply may have come meanwhile (state 1 then): it says the same, or more.
+  int state = pending.state.load(std::memory_order_acquire);
+  if (state == 3) {
+    wordCompletions_.fetch_add(1, std::memory_order_relaxed);
+    reply = ReplyMessage::success(pending.id);
+    return CUDA_SUCCESS;
+  }
+  if (state != 1) return lostStatus();
   reply = ReplyMessage(std::move(pending.words));
   return CUDA_SUCCESS;
 }
 
 CUresult Connection::roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply,
-                               std::span<const iovec> bulk, int fd) {
+                               std::span<const iovec> bulk, int fd, const std::atomic<uint32_t>* word) {
   PendingCall pending;
   pending.id = id;
+  pending.word = word;
   if (CUresult r = startCall(pending, message, bulk, fd); r != CUDA_SUCCESS) return r;
   return finishCall(pending, reply);
 }

@@ -35,6 +35,8 @@ class ReplyMessage {
  public:
   ReplyMessage() = default;
   explicit ReplyMessage(kj::Array<capnp::word> words);
+  // What a call that the GPU's completion word ended returns: success, nothing deferred.
+  static ReplyMessage success(uint64_t id);
   wire::Reply::Reader reply();
 
  private:
@@ -74,17 +76,22 @@ class Connection {
   // A call in flight: lets a caller keep several calls outstanding (pipelined copies).
   struct PendingCall {
     uint64_t id = 0;
-    std::atomic<int> state{0};  // 0 waiting, 1 done, 2 failed
+    std::atomic<int> state{0};  // 0 waiting, 1 done, 2 failed, 3 done as the GPU's word said
     int32_t kind = -1;          // the call's discriminant, for the call trace
     kj::Array<capnp::word> words;
+    // Set: the call named this completion word (client/runtime/completion_words.h), and a thread
+    // polling for the reply returns as soon as it holds the call id's low 32 bits; the reply
+    // that still follows is then dropped.
+    const std::atomic<uint32_t>* word = nullptr;
   };
   // Sends a message whose call has id `pending.id`; its reply is awaited with finishCall.
   CUresult startCall(PendingCall& pending, capnp::MessageBuilder& message, std::span<const iovec> bulk = {},
                      int fd = -1);
   CUresult finishCall(PendingCall& pending, ReplyMessage& reply);
-  // Sends a message whose call has id `id` and waits for its reply.
+  // Sends a message whose call has id `id` and waits for its reply (or for `word`, the
+  // completion word the call names, to hold the id's low 32 bits: PendingCall::word).
   CUresult roundTrip(uint64_t id, capnp::MessageBuilder& message, ReplyMessage& reply, std::span<const iovec> bulk = {},
-                     int fd = -1);
+                     int fd = -1, const std::atomic<uint32_t>* word = nullptr);
 
   // Every message sent is numbered (under the send lock, so in the order tallyd reads them):
   // messagesSent() is the latest number, lastMessageOfThisThread() the number of this thread's
@@ -94,6 +101,8 @@ class Connection {
   static uint64_t lastMessageOfThisThread();
   // What went to tallyd so far (tallyClientStats, client/api/entry_points.cc).
   uint64_t roundTrips() const { return roundTrips_.load(std::memory_order_relaxed); }
+  // Round trips the GPU's completion word ended before their reply came.
+  uint64_t wordCompletions() const { return wordCompletions_.load(std::memory_order_relaxed); }
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
   // Device-to-host destinations: the receiver writes HostData for `token` into [dst, dst+size).
@@ -178,6 +187,7 @@ class Connection {
   std::atomic<uint64_t> nextCallId_{1};
   std::atomic<uint64_t> messages_{0};
   std::atomic<uint64_t> roundTrips_{0};
+  std::atomic<uint64_t> wordCompletions_{0};
   std::atomic<uint64_t> bytesSent_{0};
   uint64_t tenantId_ = 0;  // tallyd's id of this connection (Welcome), for the call trace
   CUresult refusalStatus_ = CUDA_SUCCESS;  // a refused handshake: what tallyd asked us to report

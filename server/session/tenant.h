@@ -185,6 +185,7 @@ class Tenant {
     return deferred_.compare_exchange_strong(none, r, std::memory_order_acq_rel);
   }
   CUresult takeDeferredError() { return deferred_.exchange(CUDA_SUCCESS, std::memory_order_acq_rel); }
+  bool hasDeferredError() const { return deferred_.load(std::memory_order_acquire) != CUDA_SUCCESS; }
 
   // --- the launch thread (launch_thread.h) ------------------------------------------------
   // Started at admission for high-priority tenants (hp_launch_thread); null otherwise.

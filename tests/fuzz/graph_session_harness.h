@@ -1,5 +1,6 @@
-// The harness of graph_session_test.cc: tallyd's real request handlers on the fake GPU, one
-// tenant per Session over a socketpair, driven call by call (Tenant). Included by that file only.
+// The harness of the session tests (graph_session_test.cc, array_session_test.cc,
+// completion_word_test.cc): tallyd's real request handlers on the fake GPU, one tenant per
+// Session over a socketpair, driven call by call (Tenant).
 #pragma once
 
 #include "common/frame/frame.h"
@@ -186,11 +187,14 @@ class Tenant {
     session_->join();
   }
 
-  Answer call(const std::function<void(wire::Call::Builder)>& build, const std::string& bulk = {}) {
+  // `fd` (>= 0) rides along as SCM_RIGHTS (a hostRegister's memfd).
+  Answer call(const std::function<void(wire::Call::Builder)>& build, const std::string& bulk = {}, int fd = -1) {
     uint64_t id = nextId_++;
-    send(id, build, bulk);
+    send(id, build, bulk, fd);
     return await(id);
   }
+  // The id the next call will carry.
+  uint64_t nextId() const { return nextId_; }
   void post(const std::function<void(wire::Call::Builder)>& build) { send(0, build, {}); }
 
   // Setup most tests share: the "add" kernel, a 64-byte allocation, a non-blocking stream.
@@ -343,14 +347,15 @@ class Tenant {
     return l;
   }
 
-  void send(uint64_t id, const std::function<void(wire::Call::Builder)>& build, const std::string& bulk) {
+  void send(uint64_t id, const std::function<void(wire::Call::Builder)>& build, const std::string& bulk,
+            int fdToSend = -1) {
     capnp::MallocMessageBuilder message;
     auto call = message.initRoot<wire::ClientMessage>().initCalls(1)[0];
     call.setId(id);
     build(call);
     kj::Array<capnp::word> words = frame::flatten(message);
     iovec part{const_cast<char*>(bulk.data()), bulk.size()};
-    ASSERT_TRUE(frame::writeFrame(fd_, words, std::span<const iovec>(&part, bulk.empty() ? 0 : 1)).ok);
+    ASSERT_TRUE(frame::writeFrame(fd_, words, std::span<const iovec>(&part, bulk.empty() ? 0 : 1), fdToSend).ok);
   }
 
   Answer await(uint64_t id) {

@@ -10,8 +10,10 @@
 # certificate made here with openssl); each run must exit 0, print no FATAL line, and print the
 # same as the others. FAKE_GPU_CLIENT_ENV="NAME=VALUE ..." is set for PROGRAM's runs (every
 # other TALLY_* variable is cleared); FAKE_GPU_TALLYD_CONFIG is TOML given to tallyd (--config);
-# FAKE_GPU_TCP_STDERR is a pattern the TCP and TLS runs must print on stderr. Exit status: 0
-# passed, 1 failed, 77 skipped (the reason is printed).
+# FAKE_GPU_TCP_STDERR is a pattern the TCP and TLS runs must print on stderr;
+# FAKE_GPU_UNIX_MIN_WORDS is how many round trips of the Unix-socket run at least must have
+# ended on the GPU's completion word (TALLY_CLIENT_STATS' word_completions; TCP and TLS have
+# none). Exit status: 0 passed, 1 failed, 77 skipped (the reason is printed).
 set -uo pipefail
 [[ $# -ge 4 ]] || { echo "usage: $0 TALLYD CLIENT_LIB FAKE_DRIVER_DIR PROGRAM [ARGS...]" >&2; exit 2; }
 TALLYD=$1 CLIENT_LIB=$2 FAKE_DIR=$3
@@ -57,6 +59,7 @@ for transport in unix tcp tls; do
   rc=0
   # shellcheck disable=SC2086  # NAME=VALUE words
   timeout -k 2 30 env LD_PRELOAD="$CLIENT_LIB" TALLY_SERVER="${SERVERS[$transport]}" TALLY_CA="$TMPD/cert.pem" \
+    TALLY_CLIENT_STATS="$TMPD/$transport.stats" \
     ${FAKE_GPU_CLIENT_ENV:-} "${PROGRAM[@]}" >"$TMPD/$transport.out" 2>"$TMPD/$transport.err" </dev/null || rc=$?
   [[ $rc -eq 0 ]] || fail "over $transport: exit $rc"
   ! grep -q FATAL "$TMPD/$transport.out" || fail "over $transport: a call failed"
@@ -64,6 +67,16 @@ for transport in unix tcp tls; do
     grep -qE "$FAKE_GPU_TCP_STDERR" "$TMPD/$transport.err" || fail "over $transport: stderr lacks '$FAKE_GPU_TCP_STDERR'"
   fi
   echo "ok: over $transport: $(tail -n 1 "$TMPD/$transport.out")"
+  words=$(sed -n 's/.*"word_completions": \([0-9]*\).*/\1/p' "$TMPD/$transport.stats" 2>/dev/null)
+  if [[ -n ${FAKE_GPU_UNIX_MIN_WORDS:-} ]]; then
+    if [[ $transport == unix ]]; then
+      [[ ${words:-0} -ge $FAKE_GPU_UNIX_MIN_WORDS ]] ||
+        fail "over unix: ${words:-no} round trips ended on the completion word, expected at least $FAKE_GPU_UNIX_MIN_WORDS"
+    else
+      [[ ${words:-0} -eq 0 ]] || fail "over $transport: $words round trips ended on a completion word"
+    fi
+    echo "ok: over $transport: ${words:-0} round trips ended on the completion word"
+  fi
   # The next run starts once tallyd let go of this one (its connection slots, with
   # FAKE_GPU_TALLYD_CONFIG's limits).
   runs=$((${runs:-0} + 1))

@@ -18,7 +18,7 @@ using namespace std::chrono_literals;
 
 struct Region {
   std::vector<uint32_t> words;
-  HostCallbackWords::MapRegion map() {
+  MapSharedRegion map() {
     return [this](size_t bytes, void*& local, uint64_t& server) {
       words.assign(bytes / sizeof(uint32_t), 0);
       local = words.data();
