@@ -166,11 +166,12 @@ struct Call {
     graphExecUpdate @75 :Graph.GraphExecUpdate;          # Reply.graph.execUpdate
   }
 
-  completionWord @76 :UInt64;
-  # Non-zero: the client address of a 32-bit word in memory it shares with the server (a
-  # registered host mapping). A synchronizing call whose reply would carry nothing but success
-  # may have the GPU write the call id's low 32 bits there once the work is done, in stream
-  # order after it; the client may return as soon as it sees them. The Reply still follows.
+  completionSlot @76 :UInt32;
+  # Non-zero, over a Unix socket with shared rings: the call's completion word is word
+  # completionSlot - 1 of the ring file (SharedRings::completionWord). A synchronizing call whose
+  # reply would carry nothing but success may have the server store the call id's low 32 bits
+  # there once the work is done, before the Reply (which still follows); the client may return
+  # as soon as it sees them.
 }
 
 struct Reply {

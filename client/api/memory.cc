@@ -237,17 +237,18 @@ void fillSharedCopyToHost(wire::Call::Builder call, uint64_t stream, const Copy2
   m.setHostShared(true);
 }
 
-// A small copy into pageable memory (natively synchronous too): the GPU writes the bytes into
-// the landing area of the call's completion slot, then the slot's word, and this thread copies
-// them out: no staging in tallyd and no reply carrying them. nullopt: no slot free.
+// A small copy into pageable memory (natively synchronous too): the GPU writes the bytes into a
+// landing area shared with tallyd, and this thread copies them out once the call ended (on its
+// completion word, usually): no staging in tallyd and no reply carrying them. nullopt: no area.
 std::optional<CUresult> copyToHostThroughLanding(const Copy2D& c, uint64_t stream) {
-  CompletionWords* words = rt().completionWords();
-  CompletionWords::Slot slot = words != nullptr ? words->acquire() : CompletionWords::Slot();
-  if (!slot) return std::nullopt;
+  LandingAreas* areas = rt().landingAreas();
+  FreeSlots::Lease area = areas != nullptr ? areas->take() : FreeSlots::Lease();
+  if (!area) return std::nullopt;
+  char* landing = areas->data(area);
   Copy2D landed = c;
-  landed.dst = reinterpret_cast<uint64_t>(slot.landing());
-  CUresult r = rt().sync(slot, [&](wire::Call::Builder call) { fillSharedCopyToHost(call, stream, landed); });
-  if (r == CUDA_SUCCESS && !host_memory::copyOut(reinterpret_cast<char*>(c.dst), slot.landing(), c.width)) {
+  landed.dst = reinterpret_cast<uint64_t>(landing);
+  CUresult r = rt().sync([&](wire::Call::Builder call) { fillSharedCopyToHost(call, stream, landed); });
+  if (r == CUDA_SUCCESS && !host_memory::copyOut(reinterpret_cast<char*>(c.dst), landing, c.width)) {
     r = CUDA_ERROR_INVALID_VALUE;  // the application's destination cannot be written
   }
   if (r == CUDA_SUCCESS) rt().noteStreamDrained(stream, Connection::lastMessageOfThisThread());
@@ -259,7 +260,7 @@ CUresult copyToHost(const Copy2D& c, uint64_t stream, bool sync) {
   if (region && region->shared) {
     return sendCopy([&](wire::Call::Builder call) { fillSharedCopyToHost(call, stream, c); }, sync);
   }
-  if (!region && c.height == 1 && c.width <= CompletionWords::kLandingBytes) {
+  if (!region && c.height == 1 && c.width <= LandingAreas::kAreaBytes) {
     if (auto r = copyToHostThroughLanding(c, stream)) return *r;
   }
   if (!region && c.height == 1 && c.width >= StagingRing::kMinBytes && rt().stagingRing() != nullptr) {

@@ -88,6 +88,8 @@ ClientRuntime::~ClientRuntime() = default;
 
 void ClientRuntime::connect() {
   std::string error;
+  // Off only to compare (bench/run_micro.sh): calls then always wait for their reply.
+  completionWordsOff_ = std::string_view(envOr("TALLY_COMPLETION_WORDS", "1")) == "0";
   std::string server = envOr("TALLY_SERVER", "unix:/run/tally/tallyd.sock");
   auto endpoint = address::parseEndpoint(server, error);
   if (!endpoint) {
@@ -167,23 +169,25 @@ CUresult ClientRuntime::postNow(const CallBuilder& build) {
 }
 
 CUresult ClientRuntime::call(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd) {
-  return roundTrip(build, reply, bulk, fd, nullptr);
+  return roundTrip(build, reply, bulk, fd, false);
 }
 
 CUresult ClientRuntime::roundTrip(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd,
-                                  const CompletionWords::Slot* slot) {
+                                  bool word) {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
   capnp::MallocMessageBuilder message(128);
   uint64_t id = connection_->nextCallId();
   buildCall(message, id, build);
-  const std::atomic<uint32_t>* word = nullptr;
-  if (slot != nullptr && *slot && static_cast<uint32_t>(id) != 0) {  // a word never holds 0 for a call
-    word = &slot->word();
-    message.getRoot<wire::ClientMessage>().getCalls()[0].setCompletionWord(reinterpret_cast<uint64_t>(word));
-  }
+  // A word never holds 0 for a call: an id whose low 32 bits are 0 goes without.
+  FreeSlots::Lease slot = word && !completionWordsOff_ && static_cast<uint32_t>(id) != 0
+                              ? connection_->takeCompletionSlot() : FreeSlots::Lease();
+  if (slot) message.getRoot<wire::ClientMessage>().getCalls()[0].setCompletionSlot(slot.index() + 1);
   ReplyMessage local;
   ReplyMessage& out = reply != nullptr ? *reply : local;
-  if (CUresult r = connection_->roundTrip(id, message, out, bulk, fd, word); r != CUDA_SUCCESS) return r;
+  if (CUresult r = connection_->roundTrip(id, message, out, bulk, fd, slot ? &connection_->completionWord(slot) : nullptr);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
   auto answer = out.reply();
   if (answer.getDeferredStatus() != CUDA_SUCCESS) {
     int expected = CUDA_SUCCESS;
@@ -193,15 +197,7 @@ CUresult ClientRuntime::roundTrip(const CallBuilder& build, ReplyMessage* reply,
 }
 
 CUresult ClientRuntime::sync(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk) {
-  CompletionWords* words = completionWords();
-  CompletionWords::Slot slot = words != nullptr ? words->acquire() : CompletionWords::Slot();
-  CUresult own = roundTrip(build, reply, bulk, -1, &slot);
-  CUresult earlier = static_cast<CUresult>(pendingAsyncError_.exchange(CUDA_SUCCESS));
-  return own != CUDA_SUCCESS ? own : earlier;
-}
-
-CUresult ClientRuntime::sync(const CompletionWords::Slot& slot, const CallBuilder& build) {
-  CUresult own = roundTrip(build, nullptr, {}, -1, &slot);
+  CUresult own = roundTrip(build, reply, bulk, -1, true);
   CUresult earlier = static_cast<CUresult>(pendingAsyncError_.exchange(CUDA_SUCCESS));
   return own != CUDA_SUCCESS ? own : earlier;
 }
@@ -249,13 +245,10 @@ MapSharedRegion ClientRuntime::sharedRegionMapper() {
   };
 }
 
-CompletionWords* ClientRuntime::completionWords() {
-  if (!sharedHostMemory_ || ready() != CUDA_SUCCESS) return nullptr;
-  std::call_once(completionWordsOnce_, [this] {
-    if (const char* off = std::getenv("TALLY_COMPLETION_WORDS"); off != nullptr && std::string_view(off) == "0") return;
-    completionWords_ = CompletionWords::open(sharedRegionMapper());
-  });
-  return completionWords_.get();
+LandingAreas* ClientRuntime::landingAreas() {
+  if (!sharedHostMemory_ || completionWordsOff_ || ready() != CUDA_SUCCESS) return nullptr;
+  std::call_once(landingAreasOnce_, [this] { landingAreas_ = LandingAreas::open(sharedRegionMapper()); });
+  return landingAreas_.get();
 }
 
 HostCallbackWords* ClientRuntime::hostCallbackWords() {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "client/runtime/callback_table.h"
-#include "client/runtime/completion_words.h"
+#include "client/runtime/landing_areas.h"
 #include "client/runtime/handles.h"
 #include "client/transport/connection.h"
 
@@ -95,11 +95,10 @@ class ClientRuntime {
   // tallyd reports with the reply is kept and returned by the next synchronizing call.
   CUresult call(const CallBuilder& build, ReplyMessage* reply = nullptr, std::span<const iovec> bulk = {}, int fd = -1);
   // Round trip of a synchronizing call (syncs, blocking copies, frees): also returns the
-  // pending error of earlier one-way calls, as the native runtime does. Over a Unix socket the
-  // call names a completion word (completion_words.h), so the GPU can say it is done.
+  // pending error of earlier one-way calls, as the native runtime does. Over shared rings the
+  // call names a completion word (Connection::takeCompletionSlot), so it can end before the
+  // reply is read.
   CUresult sync(const CallBuilder& build, ReplyMessage* reply = nullptr, std::span<const iovec> bulk = {});
-  // The same, naming the word of a slot the caller holds (a copy into its landing area).
-  CUresult sync(const CompletionWords::Slot& slot, const CallBuilder& build);
   uint64_t newHandleId() { return nextHandleId_.fetch_add(1); }
   // A stream is *drained* when a reply proved all its work done (a stream sync, a waited copy
   // from it) and nothing at all was sent since: syncing or querying it again needs no round trip
@@ -130,9 +129,9 @@ class ClientRuntime {
   // Shared words for host callbacks (host_callback_words.h), or nullptr when memory cannot be
   // shared (callbacks then go through HostFuncReady/HostFuncDone messages).
   class HostCallbackWords* hostCallbackWords();
-  // Completion words and landing areas (completion_words.h), or nullptr when memory cannot be
-  // shared with tallyd's GPU or TALLY_COMPLETION_WORDS=0.
-  CompletionWords* completionWords();
+  // Landing areas for small copies into pageable memory (landing_areas.h), or nullptr when
+  // memory cannot be shared with tallyd's GPU or TALLY_COMPLETION_WORDS=0.
+  LandingAreas* landingAreas();
 
   // --- devices ----------------------------------------------------------------------
   int deviceCount() const { return static_cast<int>(devices_.size()); }
@@ -227,12 +226,12 @@ class ClientRuntime {
   std::once_flag stagingRingOnce_;
   std::unique_ptr<class StagingRing> stagingRing_;
   MapSharedRegion sharedRegionMapper();  // mapSharedHostMemory, for the shared word regions
-  // A round trip; `slot` (may be empty or null): the completion word the call names.
-  CUresult roundTrip(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd,
-                     const CompletionWords::Slot* slot);
+  // A round trip; `word`: it names a completion word if one is free (and words are not off).
+  CUresult roundTrip(const CallBuilder& build, ReplyMessage* reply, std::span<const iovec> bulk, int fd, bool word);
 
-  std::once_flag completionWordsOnce_;
-  std::unique_ptr<CompletionWords> completionWords_;
+  bool completionWordsOff_ = false;  // TALLY_COMPLETION_WORDS=0
+  std::once_flag landingAreasOnce_;
+  std::unique_ptr<LandingAreas> landingAreas_;
   std::once_flag callbackWordsOnce_;
   std::unique_ptr<class HostCallbackWords> callbackWords_;
   std::once_flag connectOnce_;

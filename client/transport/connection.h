@@ -7,6 +7,7 @@
 #pragma once
 
 #include "client/transport/bulk_lanes.h"
+#include "client/transport/free_slots.h"
 #include "common/address/address.h"
 #include "common/frame/shared_ring.h"
 #include "common/frame/socket_io.h"
@@ -35,7 +36,7 @@ class ReplyMessage {
  public:
   ReplyMessage() = default;
   explicit ReplyMessage(kj::Array<capnp::word> words);
-  // What a call that the GPU's completion word ended returns: success, nothing deferred.
+  // What a call that its completion word ended returns: success, nothing deferred.
   static ReplyMessage success(uint64_t id);
   wire::Reply::Reader reply();
 
@@ -79,9 +80,9 @@ class Connection {
     std::atomic<int> state{0};  // 0 waiting, 1 done, 2 failed, 3 done as the GPU's word said
     int32_t kind = -1;          // the call's discriminant, for the call trace
     kj::Array<capnp::word> words;
-    // Set: the call named this completion word (client/runtime/completion_words.h), and a thread
-    // polling for the reply returns as soon as it holds the call id's low 32 bits; the reply
-    // that still follows is then dropped.
+    // Set: the call named this completion word (takeCompletionSlot), and a thread polling for
+    // the reply returns as soon as it holds the call id's low 32 bits; the reply that still
+    // follows is then dropped.
     const std::atomic<uint32_t>* word = nullptr;
   };
   // Sends a message whose call has id `pending.id`; its reply is awaited with finishCall.
@@ -101,7 +102,11 @@ class Connection {
   static uint64_t lastMessageOfThisThread();
   // What went to tallyd so far (tallyClientStats, client/api/entry_points.cc).
   uint64_t roundTrips() const { return roundTrips_.load(std::memory_order_relaxed); }
-  // Round trips the GPU's completion word ended before their reply came.
+  // A completion word of the ring file (SharedRings::completionWord) for one call; an empty
+  // lease without rings or when every word is in use. Its wire value is index() + 1.
+  FreeSlots::Lease takeCompletionSlot() { return rings_ ? completionSlots_.take() : FreeSlots::Lease(); }
+  const std::atomic<uint32_t>& completionWord(const FreeSlots::Lease& slot) { return rings_->completionWord(slot.index()); }
+  // Round trips their completion word ended before their reply came.
   uint64_t wordCompletions() const { return wordCompletions_.load(std::memory_order_relaxed); }
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
@@ -188,6 +193,7 @@ class Connection {
   std::atomic<uint64_t> messages_{0};
   std::atomic<uint64_t> roundTrips_{0};
   std::atomic<uint64_t> wordCompletions_{0};
+  FreeSlots completionSlots_{frame::SharedRings::kCompletionSlots};
   std::atomic<uint64_t> bytesSent_{0};
   uint64_t tenantId_ = 0;  // tallyd's id of this connection (Welcome), for the call trace
   CUresult refusalStatus_ = CUDA_SUCCESS;  // a refused handshake: what tallyd asked us to report

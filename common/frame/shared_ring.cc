@@ -35,7 +35,10 @@ constexpr size_t kControlBytes = 4096;  // both RingControls, then the rings
 constexpr uint32_t kMagic = 0x52594c54;  // "TLYR"
 constexpr size_t kToClientControlOffset = 1024;
 constexpr size_t kMagicOffset = 3072;
+constexpr size_t kCompletionWordsOffset = 2048;
 static_assert(sizeof(RingControl) <= kToClientControlOffset);
+static_assert(kToClientControlOffset + sizeof(RingControl) <= kCompletionWordsOffset &&
+              kCompletionWordsOffset + SharedRings::kCompletionSlots * 64 <= kMagicOffset);
 
 // Shared (not process-private) futexes: the other side is another process.
 void futexWait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout) {
@@ -224,6 +227,10 @@ SharedRings::SharedRings(int fd, char* base, size_t capacity, int socketFd)
       toServer_(reinterpret_cast<RingControl*>(base), base + kControlBytes, capacity, socketFd),
       toClient_(reinterpret_cast<RingControl*>(base + kToClientControlOffset), base + kControlBytes + capacity, capacity,
                 socketFd) {}
+
+std::atomic<uint32_t>& SharedRings::completionWord(unsigned slot) {
+  return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + kCompletionWordsOffset + (slot % kCompletionSlots) * 64);
+}
 
 SharedRings::~SharedRings() {
   ::munmap(base_, fileBytes(capacity_));

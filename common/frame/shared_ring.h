@@ -92,6 +92,12 @@ class SharedRings {
   ByteRing& toServer() { return toServer_; }
   ByteRing& toClient() { return toClient_; }
 
+  // Completion words, in the control page, each on its own cache line (schema: Call.completionSlot):
+  // tallyd stores a call id's low 32 bits into the word its call names once the call's work is
+  // done, before it sends the reply; the client's waiting thread returns when it sees them.
+  static constexpr unsigned kCompletionSlots = 16;
+  std::atomic<uint32_t>& completionWord(unsigned slot);
+
   static size_t fileBytes(size_t capacity);
 
  private:

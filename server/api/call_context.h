@@ -86,10 +86,10 @@ class CallContext {
   const std::shared_ptr<session::Outbox>& outbox() { return outbox_; }
   bool oneWay() const { return callId_ == 0; }
   uint64_t callId() const { return callId_; }
-  // Where the client waits for this call's completion besides the reply (Call.completionWord):
-  // a client address, 0 for none.
-  uint64_t completionWord() const { return completionWord_; }
-  void setCompletionWord(uint64_t clientAddress) { completionWord_ = clientAddress; }
+  // Where the client waits for this call's completion besides the reply (Call.completionSlot):
+  // 1 + a completion word of its ring file, 0 for none.
+  uint32_t completionSlot() const { return completionSlot_; }
+  void setCompletionSlot(uint32_t slot) { completionSlot_ = slot; }
   // This one-way call failed, and its error is the one the tenant's next reply will carry.
   bool deferredError() const { return deferred_ != CUDA_SUCCESS; }
   CUresult deferredStatus() const { return deferred_; }
@@ -133,7 +133,7 @@ class CallContext {
   bool moreInFrame_ = false;
   uint32_t& bulkLeft_;
   uint64_t callId_;
-  uint64_t completionWord_ = 0;
+  uint32_t completionSlot_ = 0;
   ApiServices& services_;
   std::string protocolError_;
   session::StreamState* workStream_ = nullptr;
@@ -190,8 +190,7 @@ CUresult captureConflict(CallContext& ctx, CUstream stream);
 CUresult legacyStreamConflict(CallContext& ctx, session::StreamState& s);
 // Runs `done` once the work queued so far on `stream` has finished, keeping this tenant's
 // notices in order (inline only when none of them is still queued). `wordAllowed`: the call's
-// completion word may tell the client first (writeCompletionWord); `done` then runs on the
-// completion thread, and its reply is one the client need not wait for.
+// completion word may tell the client before `done` runs (a `done` that sends a plain reply).
 CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done,
                      bool wordAllowed = false);
 // The scheduler's view of the tenant for work it cannot look into (set `enqueue` before use).

@@ -138,25 +138,31 @@ session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
 
 namespace {
 
-// The client's completion word (schema: Call.completionWord): the GPU writes the call id's low
-// 32 bits into memory the client shares with tallyd, in stream order after the call's work, and
-// the client returns when it sees them, without waiting for tallyd to notice the completion and
-// answer (an event poll, a reply written and read: 2-3 µs of a synchronous call's ~10). Only
-// when no earlier notice of the tenant is still queued (HostData, HostFuncReady): those must
-// reach the client before it returns (the caller rules out a deferred error in the reply). The
-// word's mapping is held to the end of the tenancy, so the GPU never writes into memory tallyd
-// unregistered.
-bool writeCompletionWord(CallContext& ctx, CUstream stream) {
-  const auto value = static_cast<uint32_t>(ctx.callId());
-  if (ctx.completionWord() == 0 || value == 0) return false;
-  session::Tenant& tenant = ctx.tenant();
-  if (tenant.queuedNotices()->load() != 0) return false;
-  std::optional<session::HostMappingTable::SharedWord> word = tenant.hostMappings().sharedWord(ctx.completionWord());
-  if (!word || cuStreamWriteValue32(stream, word->device, value, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
-    return false;
+// The call's completion word (schema: Call.completionSlot), in the client's ring file: stored
+// just before the reply is sent, it lets the client's waiting thread return without reading and
+// routing the reply (~1 µs of a synchronous call's ~10). Only when the reply would say nothing
+// more: no earlier notice of the tenant still queued (HostData, HostFuncReady), which must reach
+// the client before it returns (the caller rules out a deferred error in the reply). The
+// callback holds the ring file's mapping, so the store never outlives it.
+struct CompletionWord {
+  std::shared_ptr<frame::SharedRings> rings;
+  std::atomic<uint32_t>* word = nullptr;
+  uint32_t value = 0;
+
+  void store() const {
+    if (word != nullptr) word->store(value, std::memory_order_release);
   }
-  tenant.hostMappings().holdWord(word->local);
-  return true;
+};
+
+CompletionWord completionWordOf(CallContext& ctx) {
+  const auto value = static_cast<uint32_t>(ctx.callId());
+  const uint32_t slot = ctx.completionSlot();
+  if (slot == 0 || slot > frame::SharedRings::kCompletionSlots || value == 0) return {};
+  if (ctx.tenant().queuedNotices()->load() != 0) return {};
+  std::shared_ptr<frame::SharedRings> rings = ctx.outbox()->rings();
+  if (!rings) return {};
+  std::atomic<uint32_t>* word = &rings->completionWord(slot - 1);
+  return CompletionWord{std::move(rings), word, value};
 }
 
 }  // namespace
@@ -165,29 +171,28 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
                      bool wordAllowed) {
   // A captured stream never gets there: its work is a graph's (graph_api.cc).
   if (CUresult r = captureConflict(ctx, stream); r != CUDA_SUCCESS) return r;
-  // Told by its word, the client has nothing to wait for in the reply: the session thread goes
-  // on reading its calls, and the reply (for a client that stopped polling) is not a notice a
-  // later one must queue behind.
-  const bool byWord = wordAllowed && writeCompletionWord(ctx, stream);
   trace::recordCall(ctx.tenant().id(), ctx.callId(), -1, trace::Stage::kSubmitted);
-  std::shared_ptr<std::atomic<int>> queued = byWord ? nullptr : ctx.tenant().queuedNotices();
+  CompletionWord word = wordAllowed ? completionWordOf(ctx) : CompletionWord{};
+  const auto& queued = ctx.tenant().queuedNotices();
   bool high = ctx.tenant().priority() == session::PriorityClass::kHigh;
-  unsigned spin = byWord || queued->load() != 0 ? 0
-                  : high                        ? ctx.services().highPriorityInlineWaitMicros
-                                                : ctx.services().inlineWaitMicros;
+  unsigned spin = queued->load() != 0 ? 0
+                  : high             ? ctx.services().highPriorityInlineWaitMicros
+                                     : ctx.services().inlineWaitMicros;
   // The tenant's thread waits for its own sync while the tenant sends nothing else: the reply
   // then leaves from this thread, with no hand-off to the completion thread.
   auto moreCalls = [&ctx] { return ctx.moreCallsWaiting(); };
-  if (queued) queued->fetch_add(1);
+  queued->fetch_add(1);
   // A completed sync settles the launches queued before it (the fault monitor's evidence).
   const auto& evidence = ctx.faultEvidence();
   uint64_t covered = evidence ? evidence->launchesSoFar() : 0;
-  CUresult r = g.completions().watchStream(stream, [queued, evidence, covered, done = std::move(done)](CUresult status) {
+  CUresult r = g.completions().watchStream(stream, [queued, evidence, covered, word = std::move(word),
+                                                    done = std::move(done)](CUresult status) {
     if (evidence && status == CUDA_SUCCESS) evidence->noteSettled(covered);
+    if (status == CUDA_SUCCESS) word.store();
     done(status);
-    if (queued) queued->fetch_sub(1);
+    queued->fetch_sub(1);
   }, spin, high, moreCalls);
-  if (r != CUDA_SUCCESS && queued) queued->fetch_sub(1);
+  if (r != CUDA_SUCCESS) queued->fetch_sub(1);
   return r;
 }
 
@@ -375,7 +380,7 @@ std::string routeLaneBytes(CallContext& ctx, wire::Call::Reader call) {
 
 std::string Dispatcher::run(const session::IncomingCall& in) {
   CallContext ctx(in.tenant, in.outbox, in.reader, in.bulkLeft, in.call.getId(), services_);
-  ctx.setCompletionWord(in.call.getCompletionWord());
+  ctx.setCompletionSlot(in.call.getCompletionSlot());
   ctx.setFaultEvidence(in.evidence);
   ctx.setKind(in.call.which());
   ctx.setMoreInFrame(in.moreInFrame);

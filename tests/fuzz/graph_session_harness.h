@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/frame/frame.h"
+#include "common/frame/shared_ring.h"
 #include "common/frame/socket_io.h"
 #include "common/hash/content_hash.h"
 #include "schema/envelope.capnp.h"
@@ -166,21 +167,24 @@ struct Answer {
 // One tenant, driven call by call over a socketpair to a real Session.
 class Tenant {
  public:
-  explicit Tenant(Server& s, wire::PriorityClass priority = wire::PriorityClass::BEST_EFFORT) {
+  // `sharedRings`: the tenant's frames go through shared rings, as a Unix-socket client's do.
+  explicit Tenant(Server& s, wire::PriorityClass priority = wire::PriorityClass::BEST_EFFORT, bool sharedRings = false) {
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) throw std::runtime_error("socketpair");
     fd_ = fds[0];
+    out_.fd = fd_;
     reader_ = std::make_unique<frame::StreamReader>(fd_, 16u << 10);
     session::PeerInfo peer{"graph test socketpair", true, {}};
     session_ = std::make_shared<session::Session>(fds[1], nullptr, peer, s.services, s.nextTenant++, s.draining);
     session_->start([this](session::Session&) { ended_.set_value(); });
-    hello(priority);
+    hello(priority, sharedRings);
   }
   ~Tenant() { leave(); }
 
   // The disconnect: the session releases everything the tenant owned.
   void leave() {
     if (fd_ < 0) return;
+    if (rings_) rings_->toServer().close();
     ::close(fd_);
     fd_ = -1;
     ended_.get_future().wait();
@@ -296,6 +300,8 @@ class Tenant {
       op.setFlags(flags);
     });
   }
+  // Completion word `slot` of the ring file (a tenant made with sharedRings).
+  uint32_t completionWord(unsigned slot) { return rings_->completionWord(slot).load(std::memory_order_acquire); }
   // The bytes of the last device-to-host copy answered (HostData or the reply's own bulk).
   const std::vector<char>& lastData() const { return lastData_; }
 
@@ -324,21 +330,32 @@ class Tenant {
   }
 
  private:
-  void hello(wire::PriorityClass priority) {
+  void hello(wire::PriorityClass priority, bool sharedRings) {
     capnp::MallocMessageBuilder message;
     auto h = message.initRoot<wire::ClientMessage>().initHello();
+    if (sharedRings) {
+      std::string why;
+      rings_ = frame::SharedRings::create(frame::SharedRings::kMinCapacity, fd_, why);
+      ASSERT_NE(rings_, nullptr) << why;
+      h.setSharedRingBytes(static_cast<uint32_t>(rings_->capacity()));
+    }
     h.setProtocolVersion(wire::PROTOCOL_VERSION);
     h.setTenantName("graph-test");
     h.setPriority(priority);
     h.setClientHost("test");
     h.setCudaRuntimeVersion(13000);
     kj::Array<capnp::word> words = frame::flatten(message);
-    ASSERT_TRUE(frame::writeFrame(fd_, words, {}).ok);
+    ASSERT_TRUE(frame::writeFrame(fd_, words, {}, rings_ ? rings_->fd() : -1).ok);
     frame::IncomingFrame incoming;
     ASSERT_TRUE(incoming.readMessage(*reader_, limits()).ok);
     auto welcome = incoming.message().getRoot<wire::ServerMessage>();
     ASSERT_TRUE(welcome.isWelcome());
     ASSERT_TRUE(welcome.getWelcome().getAccepted()) << welcome.getWelcome().getError().cStr();
+    if (rings_) {
+      ASSERT_TRUE(welcome.getWelcome().getSharedRing());
+      reader_->useRing(&rings_->toClient());
+      out_.ring = &rings_->toServer();
+    }
   }
 
   static frame::FrameLimits limits() {
@@ -355,7 +372,7 @@ class Tenant {
     build(call);
     kj::Array<capnp::word> words = frame::flatten(message);
     iovec part{const_cast<char*>(bulk.data()), bulk.size()};
-    ASSERT_TRUE(frame::writeFrame(fd_, words, std::span<const iovec>(&part, bulk.empty() ? 0 : 1), fdToSend).ok);
+    ASSERT_TRUE(frame::writeFrame(out_, words, std::span<const iovec>(&part, bulk.empty() ? 0 : 1), fdToSend).ok);
   }
 
   Answer await(uint64_t id) {
@@ -405,6 +422,8 @@ class Tenant {
   }
 
   int fd_ = -1;
+  std::unique_ptr<frame::SharedRings> rings_;  // a tenant made with sharedRings
+  frame::Channel out_;                          // where frames go: the socket, or rings_->toServer()
   std::unique_ptr<frame::StreamReader> reader_;
   std::shared_ptr<session::Session> session_;
   std::promise<void> ended_;
