@@ -31,7 +31,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 
 namespace {
 
-constexpr size_t kControlBytes = 4096;  // both RingControls, then the rings
+constexpr size_t kControlBytes = SharedRings::kControlPageBytes;  // both RingControls, then the rings
 constexpr uint32_t kMagic = 0x52594c54;  // "TLYR"
 constexpr size_t kToClientControlOffset = 1024;
 constexpr size_t kMagicOffset = 3072;

@@ -97,6 +97,10 @@ class SharedRings {
   // done, before it sends the reply; the client's waiting thread returns when it sees them.
   static constexpr unsigned kCompletionSlots = 16;
   std::atomic<uint32_t>& completionWord(unsigned slot);
+  // The page that holds both rings' control and the completion words (tallyd registers it
+  // with the driver, so that the GPU can write a word).
+  static constexpr size_t kControlPageBytes = 4096;
+  char* controlPage() const { return base_; }
 
   static size_t fileBytes(size_t capacity);
 

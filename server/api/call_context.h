@@ -188,15 +188,24 @@ CUresult captureConflict(CallContext& ctx, CUstream stream);
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (and their captures invalidated) when work for the legacy
 // default stream `s` would have to join blocking streams that are capturing; else CUDA_SUCCESS.
 CUresult legacyStreamConflict(CallContext& ctx, session::StreamState& s);
+// How a call's completion word (Call.completionSlot) tells the client it is done, ahead of a
+// reply that carries nothing else: not at all, stored by tallyd just before the reply, or also
+// written by the GPU right behind the work (long copies).
+enum class WordUse { kNone, kStore, kAlsoByTheGpu };
+// Copies from this size on have the GPU write their word: they outlast the write's driver call.
+inline constexpr size_t kGpuWordMinCopyBytes = 256u << 10;
+
 // Runs `done` once the work queued so far on `stream` has finished, keeping this tenant's
-// notices in order (inline only when none of them is still queued). `wordAllowed`: the call's
-// completion word may tell the client before `done` runs (a `done` that sends a plain reply).
+// notices in order (inline only when none of them is still queued); the call's completion word
+// first, as `wordUse` says (a `done` that sends a plain reply).
 CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done,
-                     bool wordAllowed = false);
+                     WordUse wordUse = WordUse::kNone);
 // The scheduler's view of the tenant for work it cannot look into (set `enqueue` before use).
 scheduler::OpaqueWork opaqueWork(CallContext& ctx, gpu::Gpu& g);
-// Replies once the work queued so far on `stream` has finished.
-void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive = {});
+// Replies once the work queued so far on `stream` has finished. `copyBytes`: what the call's
+// copy moves (its completion word is written by the GPU from kGpuWordMinCopyBytes on).
+void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive = {},
+                   size_t copyBytes = 0);
 // Sends one staged piece of a device-to-host copy once `stream` reaches it: `whole` (the only
 // piece of a call that is waited for) as the reply itself, else as HostData at `offset`, the
 // `last` piece followed by the reply.

@@ -138,14 +138,14 @@ session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
 
 namespace {
 
-// The call's completion word (schema: Call.completionSlot), in the client's ring file: stored
-// just before the reply is sent, it lets the client's waiting thread return without reading and
-// routing the reply (~1 µs of a synchronous call's ~10). Only when the reply would say nothing
-// more: no earlier notice of the tenant still queued (HostData, HostFuncReady), which must reach
-// the client before it returns (the caller rules out a deferred error in the reply). The
-// callback holds the ring file's mapping, so the store never outlives it.
+// The call's completion word (schema: Call.completionSlot, server/session/completion_words.h):
+// stored just before the reply is sent, it lets the client's waiting thread return without
+// reading and routing the reply (~1 µs of a synchronous call's ~10). Only when the reply would
+// say nothing more: no earlier notice of the tenant still queued (HostData, HostFuncReady),
+// which must reach the client before it returns (the caller rules out a deferred error in the
+// reply). The callback holds the words, so the store never outlives the ring file's mapping.
 struct CompletionWord {
-  std::shared_ptr<frame::SharedRings> rings;
+  std::shared_ptr<session::CompletionWords> words;
   std::atomic<uint32_t>* word = nullptr;
   uint32_t value = 0;
 
@@ -156,23 +156,29 @@ struct CompletionWord {
 
 CompletionWord completionWordOf(CallContext& ctx) {
   const auto value = static_cast<uint32_t>(ctx.callId());
-  const uint32_t slot = ctx.completionSlot();
-  if (slot == 0 || slot > frame::SharedRings::kCompletionSlots || value == 0) return {};
-  if (ctx.tenant().queuedNotices()->load() != 0) return {};
-  std::shared_ptr<frame::SharedRings> rings = ctx.outbox()->rings();
-  if (!rings) return {};
-  std::atomic<uint32_t>* word = &rings->completionWord(slot - 1);
-  return CompletionWord{std::move(rings), word, value};
+  const std::shared_ptr<session::CompletionWords>& words = ctx.tenant().completionWords();
+  std::atomic<uint32_t>* word = words ? words->word(ctx.completionSlot()) : nullptr;
+  if (word == nullptr || value == 0 || ctx.tenant().queuedNotices()->load() != 0) return {};
+  return CompletionWord{words, word, value};
+}
+
+// A long copy's word is also written by the GPU, right behind the copy: the client sees it as
+// the copy ends. Not for short work: the write costs the session thread ~2 µs of driver time
+// (H200), more than noticing the completion does.
+void writeWordOnTheGpu(CallContext& ctx, CUstream stream, const CompletionWord& word) {
+  CUdeviceptr device = word.word != nullptr ? word.words->deviceWord(ctx.completionSlot()) : 0;
+  if (device != 0) cuStreamWriteValue32(stream, device, word.value, CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
 }  // namespace
 
 CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::CompletionQueue::Callback done,
-                     bool wordAllowed) {
+                     WordUse wordUse) {
   // A captured stream never gets there: its work is a graph's (graph_api.cc).
   if (CUresult r = captureConflict(ctx, stream); r != CUDA_SUCCESS) return r;
+  CompletionWord word = wordUse != WordUse::kNone ? completionWordOf(ctx) : CompletionWord{};
+  if (wordUse == WordUse::kAlsoByTheGpu) writeWordOnTheGpu(ctx, stream, word);
   trace::recordCall(ctx.tenant().id(), ctx.callId(), -1, trace::Stage::kSubmitted);
-  CompletionWord word = wordAllowed ? completionWordOf(ctx) : CompletionWord{};
   const auto& queued = ctx.tenant().queuedNotices();
   bool high = ctx.tenant().priority() == session::PriorityClass::kHigh;
   unsigned spin = queued->load() != 0 ? 0
@@ -196,10 +202,12 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
   return r;
 }
 
-void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive) {
+void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_ptr<void> keepalive, size_t copyBytes) {
   if (ctx.oneWay() && !keepalive) return;
   // Asked before the reply takes it: a deferred error reaches the client only in the reply.
-  const bool wordAllowed = !ctx.tenant().hasDeferredError();
+  const WordUse wordUse = ctx.tenant().hasDeferredError() ? WordUse::kNone
+                          : copyBytes >= kGpuWordMinCopyBytes ? WordUse::kAlsoByTheGpu
+                                                             : WordUse::kStore;
   auto reply = ctx.replyLater();
   auto started = std::chrono::steady_clock::now();
   // An HP tenant's waits tell the scheduler what the GPU's sharing costs it.
@@ -212,7 +220,7 @@ void replyWhenDone(CallContext& ctx, gpu::Gpu& g, CUstream stream, std::shared_p
     waits->record(micros);
     reply(status, {});
     if (learner != nullptr && status == CUDA_SUCCESS) learner->observeHpWait(g, tenant, micros);  // off HP's path
-  }, wordAllowed);
+  }, wordUse);
   if (r != CUDA_SUCCESS) ctx.finish(r);
 }
 

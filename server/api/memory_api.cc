@@ -153,7 +153,7 @@ void hostToDevice(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, sess
   if (p.srcHost == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   CUresult r = copyAsync(p, s.stream);
   if (r != CUDA_SUCCESS) return ctx.finish(r);
-  replyWhenDone(ctx, g, s.stream);
+  replyWhenDone(ctx, g, s.stream, {}, shape.bytes);
 }
 
 void deviceToHostShared(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g, session::StreamState& s,
@@ -163,7 +163,7 @@ void deviceToHostShared(CallContext& ctx, wire::Memcpy::Reader args, gpu::Gpu& g
   if (p.dstHost == nullptr) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   CUresult r = copyAsync(p, s.stream);
   if (r != CUDA_SUCCESS) return ctx.finish(r);
-  replyWhenDone(ctx, g, s.stream);
+  replyWhenDone(ctx, g, s.stream, {}, shape.bytes);
 }
 
 // One piece of a device-to-host copy: `p` (already narrowed to the piece) goes to a staging

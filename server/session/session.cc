@@ -281,6 +281,7 @@ bool Session::greet(frame::IncomingFrame& frame, frame::StreamReader& reader) {
   describeDevices(welcome, gpus);
   const bool ring = adoptRings(hello, reader);
   welcome.setSharedRing(ring);
+  if (ring) tenant_->setCompletionWords(CompletionWords::adopt(rings_, gpus.empty() ? nullptr : gpus.front()));
   if (std::shared_ptr<BulkLanes> lanes = grantLanes(hello)) {
     welcome.setBulkLanes(static_cast<uint8_t>(lanes->count()));
     welcome.setLaneKey(kj::arrayPtr(lanes->key().data(), lanes->key().size()));

@@ -19,6 +19,7 @@
 #include "server/session/bulk_lanes.h"
 #include "server/session/array_table.h"
 #include "server/session/auth.h"
+#include "server/session/completion_words.h"
 #include "server/session/host_mapping_table.h"
 #include "server/session/host_waits.h"
 #include "server/session/launch_thread.h"
@@ -152,6 +153,9 @@ class Tenant {
   // The tenant's bulk lanes (TCP/TLS clients that asked for them; null: none), set at admission.
   const std::shared_ptr<BulkLanes>& lanes() const { return lanes_; }
   void setLanes(std::shared_ptr<BulkLanes> lanes) { lanes_ = std::move(lanes); }
+  // The completion words of its ring file (completion_words.h); null without shared rings.
+  const std::shared_ptr<CompletionWords>& completionWords() const { return completionWords_; }
+  void setCompletionWords(std::shared_ptr<CompletionWords> words) { completionWords_ = std::move(words); }
   // Host callbacks whose stream waits on the GPU for the client's HostFuncDone. While any is
   // outstanding the scheduler must not hold this tenant's thread: the done message it would
   // keep from being read may be what the GPU (and through a shared hardware queue, HP) waits for.
@@ -227,6 +231,7 @@ class Tenant {
   bool streamWaits_ = false;
   std::shared_ptr<HostWaits> hostWaits_ = std::make_shared<HostWaits>();
   std::shared_ptr<BulkLanes> lanes_;
+  std::shared_ptr<CompletionWords> completionWords_;
   std::shared_ptr<gpu::StagingBudget> stagingBudget_;
   std::map<int, size_t> requestedLimits_;
   std::atomic<CUresult> deferred_{CUDA_SUCCESS};

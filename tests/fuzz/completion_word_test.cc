@@ -123,5 +123,22 @@ TEST(CompletionWord, ASlotOutsideTheRingFileIsIgnored) {
   EXPECT_EQ(syncNamingSlot(socketOnly, kSlot).status, CUDA_SUCCESS);
 }
 
+// The GPU writes a long copy's word where tallyd stores it: the ring file's control page is
+// registered, and the device address of word i is that page's plus the word's offset.
+TEST(CompletionWord, TheGpuSeesTheWordsWhereTallydStoresThem) {
+  std::string why;
+  std::shared_ptr<frame::SharedRings> rings(frame::SharedRings::create(frame::SharedRings::kMinCapacity, -1, why));
+  ASSERT_NE(rings, nullptr) << why;
+  auto words = session::CompletionWords::adopt(rings, openGpus().front());
+  for (uint32_t slot = 1; slot <= frame::SharedRings::kCompletionSlots; ++slot) {
+    ASSERT_NE(words->word(slot), nullptr);
+    // The fake GPU sees host memory at its host address (cuMemHostGetDevicePointer).
+    EXPECT_EQ(words->deviceWord(slot), reinterpret_cast<CUdeviceptr>(words->word(slot)));
+  }
+  EXPECT_EQ(words->word(0), nullptr);
+  EXPECT_EQ(words->deviceWord(frame::SharedRings::kCompletionSlots + 1), 0u);
+  EXPECT_EQ(session::CompletionWords::adopt(rings, nullptr)->deviceWord(1), 0u);  // no GPU: stored only
+}
+
 }  // namespace
 }  // namespace tally
