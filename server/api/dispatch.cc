@@ -164,10 +164,10 @@ CompletionWord completionWordOf(CallContext& ctx) {
 
 // A long copy's word is also written by the GPU, right behind the copy: the client sees it as
 // the copy ends. Not for short work: the write costs the session thread ~2 µs of driver time
-// (H200), more than noticing the completion does.
-void writeWordOnTheGpu(CallContext& ctx, CUstream stream, const CompletionWord& word) {
+// (H200), more than noticing the completion does. True when the write is queued.
+bool writeWordOnTheGpu(CallContext& ctx, CUstream stream, const CompletionWord& word) {
   CUdeviceptr device = word.word != nullptr ? word.words->deviceWord(ctx.completionSlot()) : 0;
-  if (device != 0) cuStreamWriteValue32(stream, device, word.value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  return device != 0 && cuStreamWriteValue32(stream, device, word.value, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -177,17 +177,20 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
   // A captured stream never gets there: its work is a graph's (graph_api.cc).
   if (CUresult r = captureConflict(ctx, stream); r != CUDA_SUCCESS) return r;
   CompletionWord word = wordUse != WordUse::kNone ? completionWordOf(ctx) : CompletionWord{};
-  if (wordUse == WordUse::kAlsoByTheGpu) writeWordOnTheGpu(ctx, stream, word);
+  // Told by the GPU, the client needs nothing from the reply while it polls: the session thread
+  // goes on reading its calls (the next one tends to come as the copy ends), and the reply, for
+  // a client that stopped polling, is not a notice a later one must queue behind.
+  const bool gpuTells = wordUse == WordUse::kAlsoByTheGpu && writeWordOnTheGpu(ctx, stream, word);
   trace::recordCall(ctx.tenant().id(), ctx.callId(), -1, trace::Stage::kSubmitted);
-  const auto& queued = ctx.tenant().queuedNotices();
+  std::shared_ptr<std::atomic<int>> queued = gpuTells ? nullptr : ctx.tenant().queuedNotices();
   bool high = ctx.tenant().priority() == session::PriorityClass::kHigh;
-  unsigned spin = queued->load() != 0 ? 0
-                  : high             ? ctx.services().highPriorityInlineWaitMicros
-                                     : ctx.services().inlineWaitMicros;
+  unsigned spin = gpuTells || queued->load() != 0 ? 0
+                  : high                          ? ctx.services().highPriorityInlineWaitMicros
+                                                  : ctx.services().inlineWaitMicros;
   // The tenant's thread waits for its own sync while the tenant sends nothing else: the reply
   // then leaves from this thread, with no hand-off to the completion thread.
   auto moreCalls = [&ctx] { return ctx.moreCallsWaiting(); };
-  queued->fetch_add(1);
+  if (queued) queued->fetch_add(1);
   // A completed sync settles the launches queued before it (the fault monitor's evidence).
   const auto& evidence = ctx.faultEvidence();
   uint64_t covered = evidence ? evidence->launchesSoFar() : 0;
@@ -196,9 +199,9 @@ CUresult afterStream(CallContext& ctx, gpu::Gpu& g, CUstream stream, gpu::Comple
     if (evidence && status == CUDA_SUCCESS) evidence->noteSettled(covered);
     if (status == CUDA_SUCCESS) word.store();
     done(status);
-    queued->fetch_sub(1);
+    if (queued) queued->fetch_sub(1);
   }, spin, high, moreCalls);
-  if (r != CUDA_SUCCESS) queued->fetch_sub(1);
+  if (r != CUDA_SUCCESS && queued) queued->fetch_sub(1);
   return r;
 }
 
