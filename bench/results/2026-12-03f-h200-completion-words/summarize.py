@@ -11,7 +11,8 @@ import statistics
 HERE = pathlib.Path(__file__).resolve().parent
 LEASES = {"3173a52-gpu-written": "GPU writes every word (3173a52)",
           "01f98ae-tallyd-stored": "tallyd stores every word (01f98ae)",
-          "08ed8de-final": "tallyd stores, GPU writes a long copy's (08ed8de, shipped)"}
+          "08ed8de-hybrid": "tallyd stores, GPU writes a long copy's too (08ed8de)",
+          "d7f7905-final": "... and the session thread does not wait for that copy (d7f7905, shipped)"}
 MEASURES = [("sync_rtt", 4, "sync round trip (4-byte D2H)", False),
             ("launch_sync", None, "launch + device sync", False),
             ("launch_sync_stream", None, "launch + stream sync", False),
@@ -66,7 +67,7 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, len(LEASES), figsize=(14, 7), sharey="row")
+    fig, axes = plt.subplots(2, len(LEASES), figsize=(17, 7), sharey="row")
     for row, (copies, target, ylabel) in enumerate(((False, 1.5, "time × native (round trips)"),
                                                    (True, 0.9, "bandwidth × native (pinned copies)"))):
         labels = [label for _, _, label, is_copy in MEASURES if is_copy == copies]
