@@ -24,7 +24,7 @@ void writeStatsFile() {
   const char* path = std::getenv("TALLY_CLIENT_STATS");
   uint64_t s[3];
   if (path == nullptr || *path == '\0' || !snapshot(s)) return;
-  // word_completions: round trips the GPU's completion word ended (client/runtime/completion_words.h).
+  // word_completions: round trips their completion word ended (Connection::wordCompletions).
   if (FILE* f = std::fopen(path, "w")) {
     std::fprintf(f, "{\"messages\": %llu, \"round_trips\": %llu, \"bytes_sent\": %llu, \"word_completions\": %llu}\n",
                  static_cast<unsigned long long>(s[0]), static_cast<unsigned long long>(s[1]),
