@@ -70,5 +70,67 @@ TEST_F(ConnectionWait, BlockingWaitsAreAnsweredByTheReceiverThread) {
   EXPECT_FALSE(connection_->broken());
 }
 
+// A call that names a completion word returns once the word holds its id, before its reply
+// (tallyd stores the word first); the late reply is dropped, and the next call gets its own.
+TEST(ConnectionWord, ACallEndsOnItsWordBeforeItsReply) {
+  using namespace std::chrono_literals;
+  testing::FakeTallyd server;
+  server.offerSharedHostMemory(true);
+  server.delayRepliesAfterWords(400ms);
+  std::string error;
+  auto endpoint = address::parseEndpoint(server.endpoint(), error);
+  ASSERT_TRUE(endpoint) << error;
+  auto connection = Connection::open(*endpoint, "word-test", wire::PriorityClass::BEST_EFFORT, error);
+  ASSERT_TRUE(connection) << error;
+  ASSERT_TRUE(server.usesSharedRings());
+
+  FreeSlots::Lease slot = connection->takeCompletionSlot();
+  ASSERT_TRUE(slot);
+  capnp::MallocMessageBuilder message;
+  uint64_t id = connection->nextCallId();
+  auto call = message.initRoot<wire::ClientMessage>().initCalls(1)[0];
+  call.setId(id);
+  call.initStreamSynchronize().setStream(1);
+  call.setCompletionSlot(slot.index() + 1);
+  ReplyMessage reply;
+  auto started = std::chrono::steady_clock::now();
+  ASSERT_EQ(connection->roundTrip(id, message, reply, {}, -1, &connection->completionWord(slot)), CUDA_SUCCESS);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 300ms);
+  EXPECT_EQ(reply.reply().getStatus(), CUDA_SUCCESS);
+  EXPECT_EQ(reply.reply().getDeferredStatus(), CUDA_SUCCESS);
+  EXPECT_EQ(connection->wordCompletions(), 1u);
+
+  capnp::MallocMessageBuilder next;
+  uint64_t nextId = connection->nextCallId();
+  auto alloc = next.initRoot<wire::ClientMessage>().initCalls(1)[0];
+  alloc.setId(nextId);
+  alloc.initMemAlloc().setSize(64);
+  ReplyMessage nextReply;
+  ASSERT_EQ(connection->roundTrip(nextId, next, nextReply), CUDA_SUCCESS);
+  EXPECT_EQ(nextReply.reply().getId(), nextId);
+  EXPECT_NE(nextReply.reply().getValue(), 0u);
+  EXPECT_EQ(connection->wordCompletions(), 1u);
+}
+
+// Completion words are few: every one can be taken, none twice, and one given back is taken again.
+TEST(ConnectionWord, CompletionSlotsAreTakenOnceAndGivenBack) {
+  FreeSlots slots(frame::SharedRings::kCompletionSlots);
+  std::vector<FreeSlots::Lease> taken;
+  std::vector<bool> seen(frame::SharedRings::kCompletionSlots, false);
+  for (unsigned i = 0; i < frame::SharedRings::kCompletionSlots; ++i) {
+    taken.push_back(slots.take());
+    ASSERT_TRUE(taken.back());
+    ASSERT_LT(taken.back().index(), frame::SharedRings::kCompletionSlots);
+    EXPECT_FALSE(seen[taken.back().index()]) << "slot " << taken.back().index() << " taken twice";
+    seen[taken.back().index()] = true;
+  }
+  EXPECT_FALSE(slots.take());
+  unsigned released = taken.back().index();
+  taken.pop_back();
+  FreeSlots::Lease again = slots.take();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again.index(), released);
+}
+
 }  // namespace
 }  // namespace tally::client

@@ -372,6 +372,10 @@ bool FakeTallyd::handleFrame(FrameView& view) {
       reply.setDataToken(call.getMemcpy().getToken());
       bulk = call.getMemcpy().getWidth() * std::max<uint64_t>(call.getMemcpy().getHeight(), 1);
     }
+    if (uint32_t slot = call.getCompletionSlot(); slot != 0 && rings_ && slot <= frame::SharedRings::kCompletionSlots) {
+      rings_->completionWord(slot - 1).store(static_cast<uint32_t>(call.getId()), std::memory_order_release);
+      std::this_thread::sleep_for(wordReplyDelay_.load());
+    }
     write(framed(message, bulk, static_cast<char>(0xAB)));
   }
   return true;

@@ -20,6 +20,7 @@
 #include "schema/envelope.capnp.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -87,6 +88,9 @@ class FakeTallyd {
   void offerSharedHostMemory(bool shared) { sharedHostMemory_ = shared; }
   // The client's frames came through its shared rings (accepted with shared host memory).
   bool usesSharedRings() const { return ringsOffered_.load(); }
+  // A call that names a completion word (over the rings) has its word stored at once and its
+  // reply written `delay` later, as tallyd's reply can trail the word.
+  void delayRepliesAfterWords(std::chrono::milliseconds delay) { wordReplyDelay_ = delay; }
   // Answer hostRegister with the client's own address as the device address (what tallyd does
   // when it maps the memory at the same address and the driver uses host pointers).
   void mapHostAtClientAddress(bool same) { sameHostAddress_ = same; }
@@ -133,6 +137,7 @@ class FakeTallyd {
   std::map<wire::Call::Which, uint64_t> callsByKind_;
   std::vector<MemOp> lastStreamMemOps_;
   LinkCreated lastLinkCreate_;
+  std::atomic<std::chrono::milliseconds> wordReplyDelay_{std::chrono::milliseconds(0)};
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> zeroBulkFrames_{0};
   std::atomic<uint64_t> libraryRoundTrips_{0};
