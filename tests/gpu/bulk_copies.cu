@@ -1,6 +1,8 @@
 // Copies of every size class between host and device, checked byte for byte, with no kernel
-// (so the fake GPU of the CPU integration tests can run it too): sizes around the 1 MiB at
-// which TCP/TLS clients move bytes on their bulk lanes (client/transport/bulk_lanes.h), a copy
+// (so the fake GPU of the CPU integration tests can run it too): sizes around the 16 KiB up to
+// which a Unix-socket client's pageable device-to-host copies use its landing areas
+// (client/runtime/landing_areas.h) and the 1 MiB at which TCP/TLS clients move bytes on their
+// bulk lanes (client/transport/bulk_lanes.h), a copy
 // longer than one 32 MiB piece is left to large_transfers, pageable and pinned host memory,
 // synchronous and asynchronous, and two threads copying at once (each copy's bytes must not mix
 // with the other's on the lanes).
@@ -85,7 +87,8 @@ int main() {
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
 
-  const size_t sizes[] = {1, 4096, (1u << 20) - 1, 1u << 20, (1u << 20) + 4097, (5u << 20) + 3, kDeviceBytes};
+  const size_t sizes[] = {1,       4096,    16u << 10,         (16u << 10) + 1, (1u << 20) - 1,
+                          1u << 20, (1u << 20) + 4097, (5u << 20) + 3, kDeviceBytes};
   uint64_t h = 0xcbf29ce484222325ull;
   int checks = 0, bad = 0;
   uint64_t seed = 1;
