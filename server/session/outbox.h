@@ -35,8 +35,6 @@ class Outbox {
   void send(capnp::MessageBuilder& message, std::vector<iovec> bulk = {}, std::shared_ptr<void> keepalive = {});
   // Once what was sent so far is written, later frames go through `rings` (their toClient ring).
   void useRing(std::shared_ptr<frame::SharedRings> rings);
-  // The client's ring file once useRing was called (on the session thread), else null.
-  const std::shared_ptr<frame::SharedRings>& rings() const { return rings_; }
   // Stops the writer; later sends are dropped. A ring is closed once the queue is written.
   void close();
   // Waits until everything sent so far is written (or failed), at most `timeout`; true if it was.
