@@ -453,7 +453,7 @@ CUresult Connection::finishCall(PendingCall& pending, ReplyMessage& reply) {
     std::lock_guard lock(pendingMutex_);
     pending_.erase(pending.id);
   }
-  // Its reply may have come meanwhile (state 1 then): it says the same, or more.
+  // 3: its word said done (before the reply, or when the reply was read); 1: the reply decides.
   int state = pending.state.load(std::memory_order_acquire);
   if (state == 3) {
     wordCompletions_.fetch_add(1, std::memory_order_relaxed);
@@ -624,9 +624,13 @@ bool Connection::readAndRoute(frame::IncomingFrame& frame) {
       std::lock_guard lock(pendingMutex_);
       auto it = pending_.find(id);
       if (it != pending_.end()) {
-        it->second->words = kj::heapArray<capnp::word>(frame.words());
-        it->second->state.store(1, std::memory_order_release);
-        it->second->state.notify_one();
+        PendingCall& call = *it->second;
+        // Its word already says done (whoever reads first, the waiting thread or not): the reply
+        // adds nothing, as tallyd stores the word only for a reply that says nothing more.
+        const bool byWord = call.word != nullptr && call.word->load(std::memory_order_acquire) == static_cast<uint32_t>(id);
+        if (!byWord) call.words = kj::heapArray<capnp::word>(frame.words());
+        call.state.store(byWord ? 3 : 1, std::memory_order_release);
+        call.state.notify_one();
       }
       break;
     }

@@ -106,7 +106,7 @@ class Connection {
   // lease without rings or when every word is in use. Its wire value is index() + 1.
   FreeSlots::Lease takeCompletionSlot() { return rings_ ? completionSlots_.take() : FreeSlots::Lease(); }
   const std::atomic<uint32_t>& completionWord(const FreeSlots::Lease& slot) { return rings_->completionWord(slot.index()); }
-  // Round trips their completion word ended before their reply came.
+  // Round trips their completion word ended: it said done before their reply was read.
   uint64_t wordCompletions() const { return wordCompletions_.load(std::memory_order_relaxed); }
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
