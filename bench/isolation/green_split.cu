@@ -1,12 +1,15 @@
 // A static SM split, natively, as the isolation benchmark's baseline for tallyd's partitions: one
 // process runs the HP workload (hp_workload.cuh) in one thread on a stream of a green context of
 // --hp-sms SMs and the BE workload (be_workload.cuh) in another thread on a stream of a green
-// context of the remaining SMs. BE starts first; HP joins after --lead seconds (as run.sh starts
+// context of the remaining SMs. With --hp-sms 0 both run on streams of the primary context, HP at
+// the highest stream priority and BE at the lowest: one shared context with stream priorities,
+// what tallyd's default policy does, without remoting. BE starts first; HP joins after --lead seconds (as run.sh starts
 // the two processes); each then measures for --seconds. Prints one JSON line:
 //   {"hp":{..as hp_infer..},"be":{..as be_train..},"hp_sms":N,"be_sms":M}
 //
 //   green_split --rate REQ_PER_S [--hp-sms N] [--request large|small] [--shape ...]
 //               [--block-us US | --block-iterations N] [--seconds S] [--lead S] [--seed N]
+//               [--service-log FILE]
 //
 // Kernels of the runtime's (primary context's) module, cudaMalloc memory and events work on a
 // green context's streams (bench/micro/green_ctx_probe.cu checks it); a partition is at least
@@ -66,13 +69,23 @@ void split(unsigned hpSms, Partition* hp, Partition* be) {
     std::fprintf(stderr, "green_split: HP partition has %u SMs (asked for %u)\n", hp->sms, hpSms);
 }
 
+// Both on the primary context (every SM), HP's stream at the device's highest priority and BE's
+// at its lowest.
+void shareByPriority(int sms, Partition* hp, Partition* be) {
+  int lowest = 0, highest = 0;
+  CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+  CHECK(cudaStreamCreateWithPriority(&hp->stream, cudaStreamNonBlocking, highest));
+  CHECK(cudaStreamCreateWithPriority(&be->stream, cudaStreamNonBlocking, lowest));
+  hp->sms = be->sms = unsigned(sms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace isolation;
   Args args(argc, argv,
             "--rate REQ_PER_S [--hp-sms N] [--request large|small] [--shape mixed|long|short|mem] "
-            "[--block-us US | --block-iterations N] [--seconds S] [--lead S] [--seed N]");
+            "[--block-us US | --block-iterations N] [--seconds S] [--lead S] [--seed N] [--service-log FILE]");
   const unsigned hpSms = unsigned(args.number("hp-sms", 40));
   const RequestKind kind = requestKind(args.text("request", "small"));
   BeConfig beConfigured = beConfig(args);
@@ -81,13 +94,18 @@ int main(int argc, char** argv) {
   loop.seconds = args.number("seconds", 10);
   loop.seed = unsigned(args.number("seed", 1));
   const double lead = args.number("lead", 1);
+  const std::string serviceLog = args.text("service-log", "");
   args.finish();
   if (loop.rate <= 0) args.usageError();
 
   const int sms = deviceSms();
   CHECK(cudaFree(nullptr));  // the primary context, which the green contexts derive from
   Partition hpPart, bePart;
-  split(hpSms, &hpPart, &bePart);
+  if (hpSms == 0) {
+    shareByPriority(sms, &hpPart, &bePart);
+  } else {
+    split(hpSms, &hpPart, &bePart);
+  }
 
   HpModel hp(kind, hpPart.stream);
   // The BE's launches are sized by the whole device, as be_train's are: the same work per iteration.
@@ -101,6 +119,7 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::duration<double>(lead));
   HpResult hpResult = runHp(hp, loop);
   beThread.join();
+  writeServiceLog(hpResult, serviceLog);
   std::printf("{\"hp\":%s,\"be\":%s,\"hp_sms\":%u,\"be_sms\":%u}\n", hpJson(hpResult, kind).c_str(),
               beJson(beResult, be.config()).c_str(), hpPart.sms, bePart.sms);
   return 0;

@@ -5,17 +5,20 @@
 //
 //   hp_infer [--request large|small] --solo SECONDS      closed loop: the solo service time
 //   hp_infer [--request large|small] --rate REQ_PER_S --seconds S [--seed N]
+// --service-log FILE also writes every request's start, service and response time (TSV).
 #include "hp_workload.cuh"
 
 int main(int argc, char** argv) {
   using namespace isolation;
-  Args args(argc, argv, "[--request large|small] (--solo SECONDS | --rate REQ_PER_S --seconds S [--seed N])");
+  Args args(argc, argv, "[--request large|small] (--solo SECONDS | --rate REQ_PER_S --seconds S [--seed N]) "
+                        "[--service-log FILE]");
   HpLoop loop;
   loop.solo = args.number("solo", 0);
   loop.rate = args.number("rate", 0);
   loop.seconds = args.number("seconds", 10);
   loop.seed = unsigned(args.number("seed", 1));
   const RequestKind kind = requestKind(args.text("request", "large"));
+  const std::string serviceLog = args.text("service-log", "");
   args.finish();
   if (loop.solo <= 0 && loop.rate <= 0) args.usageError();
 
@@ -24,6 +27,7 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   HpModel model(kind, stream);
   HpResult r = runHp(model, loop);
+  writeServiceLog(r, serviceLog);
   std::printf("%s\n", hpJson(r, kind).c_str());
   return 0;
 }

@@ -138,6 +138,7 @@ struct HpLoop {
 struct HpResult {
   std::vector<double> service;   // completion - start (µs)
   std::vector<double> response;  // completion - scheduled arrival (µs)
+  std::vector<double> started;   // start, seconds since the loop began
   double seconds = 0;
   double worstService = 0, worstAt = 0;  // the slowest request and when it started (s)
 };
@@ -162,6 +163,7 @@ inline HpResult runHp(HpModel& model, const HpLoop& loop) {
     auto end = Clock::now();
     r.service.push_back(micros(end - start));
     r.response.push_back(micros(end - scheduled));
+    r.started.push_back(micros(start - begin) / 1e6);
     if (r.service.back() > r.worstService) {
       r.worstService = r.service.back();
       r.worstAt = micros(start - begin) / 1e6;
@@ -169,6 +171,18 @@ inline HpResult runHp(HpModel& model, const HpLoop& loop) {
   }
   r.seconds = secondsSince(begin);
   return r;
+}
+
+// Every request, one line each: start (s since the loop began), service and response (µs), for
+// looking at a tail request by request (--service-log).
+inline void writeServiceLog(const HpResult& r, const std::string& path) {
+  if (path.empty()) return;
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) fail("cannot write " + path);
+  std::fprintf(f, "start_s\tservice_us\tresponse_us\n");
+  for (size_t i = 0; i < r.service.size(); ++i)
+    std::fprintf(f, "%.6f\t%.1f\t%.1f\n", r.started[i], r.service[i], r.response[i]);
+  std::fclose(f);
 }
 
 struct Percentiles {

@@ -36,7 +36,8 @@ TARGET_HP_P99, TARGET_BE = 1.5, 0.7
 SYSTEMS = ["native", "mps", "mps-prio", "green-split-*", "tally-passthrough", "tally-priority", "tally-no-gate",
            "tally-no-transforms", "tally-no-stream-priorities", "tally-partition", "tally-partition-64",
            "tally-partition-overlap", "tally-partition-gate", "tally-partition-24-overlap",
-           "tally-partition-overlap-dyn", "tally-partition-control", "tally-default", "tally-budget-*"]
+           "tally-partition-overlap-dyn", "tally-partition-control", "tally-default", "tally-default-no-launch-thread",
+           "tally-budget-*"]
 LABELS = {
     "native": "two native processes (time-sliced)",
     "mps": "MPS",
@@ -44,6 +45,7 @@ LABELS = {
     "tally-passthrough": "tallyd passthrough",
     "tally-priority": "tallyd priority + gate + transforms",
     "tally-default": "tallyd priority, shipped defaults (stream priorities only)",
+    "tally-default-no-launch-thread": "tallyd shipped defaults, HP launches on its session thread",
     "tally-no-gate": "tallyd priority − gate",
     "tally-no-transforms": "tallyd priority − transforms",
     "tally-no-stream-priorities": "tallyd priority − stream priorities",
@@ -61,6 +63,8 @@ BUILDS = {"ptx": "BE built with PTX (transformable)", "sass": "BE built SASS-onl
 
 def label(system):
     m = re.fullmatch(r"green-split-(\d+)", system)
+    if m and m.group(1) == "0":
+        return "one native process, one context: HP stream at top priority, BE at the lowest"
     if m:
         return f"static green-context split (HP {m.group(1)} SMs)"
     m = re.fullmatch(r"tally-budget-([0-9.]+)x", system)

@@ -20,10 +20,15 @@
 #                     tally-partition-64 tally-partition-overlap tally-partition-gate
 #                     tally-partition-24-overlap tally-partition-overlap-dyn tally-partition-control
 #                     tally-default tally-budget-<F>x
+#                     tally-default-no-launch-thread
 #                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest;
+#                     green-split-0: one native process, one context, HP's stream at top priority;
 #                     tally-budget-<F>x: the reserves $BUDGET_LEVELS chosen online for HP's p99 within F x
 #                     HP alone, which tallyd learned in the tally-hp-alone run: the cache dir is shared)
 #
+# ISOLATION_TALLYD=<path>: the tallyd binary to run (default: the build dir's).
+# ISOLATION_SERVICE_LOGS=1: every HP run also writes each request's times to
+# <out>/service/<pair>-<system>-<build>-r<repeat>.tsv (hp_infer --service-log).
 # Baselines, per repeat: hp-alone (native) and tally-hp-alone per request kind, be-alone (native)
 # per BE shape and build. The BE-alone run of the first repeat calibrates the block loop count;
 # every later run of that BE gets the same count (--block-iterations), so all systems do the same
@@ -93,6 +98,7 @@ known_system() {
     native|mps|mps-prio|tally-passthrough|tally-priority|tally-no-gate|tally-no-transforms) ;;
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
     tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control|tally-default) ;;
+    tally-default-no-launch-thread) ;;
     *) [[ $1 =~ ^green-split-[0-9]+$ || $1 =~ ^tally-budget-[0-9.]+x$ ]] ;;
   esac
 }
@@ -120,7 +126,7 @@ log "pairs: $PAIRS; builds: $BUILDS; $(count "$SYSTEMS") systems; $REPEATS repea
 log "estimated GPU time: ~$((ESTIMATE / 60)) min $((ESTIMATE % 60)) s"
 
 BIN=$BUILD/bench/isolation
-TALLYD=$BUILD/server/tallyd
+TALLYD=${ISOLATION_TALLYD:-$BUILD/server/tallyd}  # another tallyd binary: an A/B of two builds
 CLIENT=$BUILD/client/libtally_client.so
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -195,6 +201,7 @@ tally_flags() {
   case $1 in
     tally-passthrough) echo "--policy passthrough" ;;
     tally-default) echo "--policy priority" ;;  # the shipped configuration's scheduler keys
+    tally-default-no-launch-thread) echo "--policy priority --no-hp-launch-thread" ;;
     tally-priority) echo "--policy priority --gate --transforms" ;;  # every layer: the ablations take one away
     tally-no-gate) echo "--policy priority --no-gate --transforms" ;;
     tally-no-transforms) echo "--policy priority --gate --no-transforms" ;;
@@ -241,6 +248,13 @@ be_args() {  # key build
   echo
 }
 
+# hp_infer / green_split options for a per-request log of one run, when asked for.
+service_log() {  # name
+  [[ ${ISOLATION_SERVICE_LOGS:-0} == 1 ]] || return 0
+  mkdir -p "$OUT/service"
+  echo "--service-log $OUT/service/${1//:/-}.tsv"
+}
+
 # One runs.jsonl line. Baselines leave out what they do not have: hp-alone has no BE, be-alone
 # no HP request kind.
 record() {  # repeat pair kind be_key build system rho hp_json be_json
@@ -261,7 +275,8 @@ hp_alone() {  # repeat kind rho rate baseline(hp-alone|tally-hp-alone)
   [[ $5 == tally-hp-alone ]] && system=tally-budget-1x
   if prepare "$system"; then
     hp=$(env $(client_env "$system" hp) "$BIN/hp_infer" --request "$2" --rate "$4" \
-      --seconds "$SECONDS_PER_RUN" --seed "$1" 2>>"$OUT/clients.log") || log "$5 $2 failed"
+      --seconds "$SECONDS_PER_RUN" --seed "$1" $(service_log "$5-$2-r$1") 2>>"$OUT/clients.log") ||
+      log "$5 $2 failed"
   fi
   record "$1" "" "$2" "" none "$5" "$3" "$hp" ""
 }
@@ -302,7 +317,8 @@ colocated() {  # repeat pair build system rho rate
   if [[ $system == green-split-* ]]; then
     local both
     both=$("$BIN/green_split" --hp-sms "${system#green-split-}" --request "$kind" $(be_args "$be_key" "$build") \
-      --rate "$rate" --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" --seed "$repeat" 2>>"$OUT/clients.log") ||
+      --rate "$rate" --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" --seed "$repeat" \
+      $(service_log "$pair-$system-$build-r$repeat") 2>>"$OUT/clients.log") ||
       log "green_split failed under $system"
     json_field "$both" hp >"$hp_out"
     json_field "$both" be >"$be_out"
@@ -312,7 +328,8 @@ colocated() {  # repeat pair build system rho rate
     local be_pid=$!
     sleep "$BE_LEAD"
     env $(client_env "$system" hp) "$BIN/hp_infer" --request "$kind" --rate "$rate" --seconds "$SECONDS_PER_RUN" \
-      --seed "$repeat" >"$hp_out" 2>>"$OUT/clients.log" || log "hp failed under $system"
+      --seed "$repeat" $(service_log "$pair-$system-$build-r$repeat") >"$hp_out" 2>>"$OUT/clients.log" ||
+      log "hp failed under $system"
     wait "$be_pid" || log "be failed under $system"
   fi
   record "$repeat" "$pair" "$kind" "$be_key" "$build" "$system" "$rho" "$(cat "$hp_out")" "$(cat "$be_out")"
