@@ -13,7 +13,7 @@ cp "$BUILD/client/libtally_client.so" "$OUTDIR/build/client/"
 ln -sf libtally_client.so "$OUTDIR/build/client/libcuda.so.1"
 cp "$BUILD/client/libtally_cufft.so" "$OUTDIR/build/client/"
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -name 'gpu_*' -exec cp {} "$OUTDIR/build/tests/gpu/" \;
-for tool in tally_microbench implicit_sync_probe fault_probe coredump_probe green_ctx_probe small_read_probe launch_probe poll_contention_probe queue_sharing_probe socket_floor_probe; do
+for tool in tally_microbench implicit_sync_probe fault_probe coredump_probe green_ctx_probe small_read_probe launch_probe poll_contention_probe queue_sharing_probe socket_floor_probe health_probe_cost; do
   [[ -x $BUILD/bench/$tool ]] && cp "$BUILD/bench/$tool" "$OUTDIR/build/bench/"
 done
 mkdir -p "$OUTDIR/build/bench/isolation"

@@ -199,7 +199,16 @@ std::optional<FaultVerdict> FaultMonitor::verdict() const {
   return verdict_;
 }
 
+bool quietFor(const std::map<uint64_t, std::shared_ptr<FaultEvidence>>& tenants, FaultEvidence::Clock::time_point now,
+              FaultEvidence::Clock::duration quiet) {
+  return std::none_of(tenants.begin(), tenants.end(), [&](const auto& t) { return now - t.second->lastLaunch() < quiet; });
+}
+
 void FaultMonitor::probeGpus() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!quietFor(tenants_, FaultEvidence::Clock::now(), options_.probeInterval)) return;
+  }
   for (Gpu* g : gpus_) {
     CUresult r = g->probe();
     if (isStickyError(r)) {

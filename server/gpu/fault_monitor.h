@@ -76,11 +76,18 @@ struct Suspicion {
 inline constexpr std::chrono::milliseconds kClearMargin{1};
 Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants);
 
+// No tenant queued a launch within `quiet` before `now`. Only such a GPU is probed: the probe's
+// driver call can hold up other threads' launches for milliseconds (on the H200 every 100 ms
+// probe cost an HP launch 1.6-2 ms, bench/micro/health_probe_cost), and on a GPU in use the next
+// launch meets a sticky error anyway (statusFor declares it).
+bool quietFor(const std::map<uint64_t, std::shared_ptr<FaultEvidence>>& tenants, FaultEvidence::Clock::time_point now,
+              FaultEvidence::Clock::duration quiet);
+
 class FaultMonitor {
  public:
   struct Options {
     double kernelTimeoutSeconds = 0;                           // 0: no limit
-    std::chrono::milliseconds probeInterval{100};              // how often an idle GPU is checked
+    std::chrono::milliseconds probeInterval{100};              // how often an idle GPU is checked (quietFor)
   };
   using OnFault = std::function<void(const FaultVerdict&)>;
 

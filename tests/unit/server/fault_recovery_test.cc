@@ -324,6 +324,21 @@ TEST(FaultMonitorTimeout, OffByDefault) {
   EXPECT_FALSE(called.load());
 }
 
+TEST(FaultMonitorProbe, OnlyAGpuNoTenantLaunchedOnForAnIntervalIsProbed) {
+  std::map<uint64_t, std::shared_ptr<FaultEvidence>> tenants;
+  const auto now = FaultEvidence::Clock::now();
+  EXPECT_TRUE(gpu::quietFor(tenants, now, 100ms)) << "no tenant at all";
+  tenants[1] = std::make_shared<FaultEvidence>(1, "connected, never launched");
+  EXPECT_TRUE(gpu::quietFor(tenants, now, 100ms));
+  tenants[2] = std::make_shared<FaultEvidence>(2, "launched a while ago");
+  tenants[2]->noteLaunch(now - 150ms);
+  EXPECT_TRUE(gpu::quietFor(tenants, now, 100ms));
+  tenants[3] = std::make_shared<FaultEvidence>(3, "launching");
+  tenants[3]->noteLaunch(now - 50ms);
+  EXPECT_FALSE(gpu::quietFor(tenants, now, 100ms)) << "a launch 50 ms ago meets a sticky error itself";
+  EXPECT_TRUE(gpu::quietFor(tenants, now + 60ms, 100ms));
+}
+
 TEST(FaultHistoryTest, RefusesATenantThatKeepsFaultingForAWhile) {
   FaultHistory history({2, std::chrono::seconds(60), std::chrono::seconds(300)});
   auto t0 = FaultHistory::Clock::now();
