@@ -76,10 +76,11 @@ struct Suspicion {
 inline constexpr std::chrono::milliseconds kClearMargin{1};
 Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants);
 
-// No tenant queued a launch within `quiet` before `now`. Only such a GPU is probed: the probe's
-// driver call can hold up other threads' launches for milliseconds (on the H200 every 100 ms
-// probe cost an HP launch 1.6-2 ms, bench/micro/health_probe_cost), and on a GPU in use the next
-// launch meets a sticky error anyway (statusFor declares it).
+// No tenant queued a launch within `quiet` before `now`. Only such a GPU is probed: on a GPU in
+// use the next launch meets a sticky error itself (statusFor declares it), and the probe is a
+// driver call in the tenants' context that took up to ~130 µs next to a busy best-effort stream on
+// the H200 (bench/micro/health_probe_cost). With it skipped while tenants launch, tallyd's HP
+// requests next to BE had 3-5x fewer over 900 µs (docs/benchmarks.md).
 bool quietFor(const std::map<uint64_t, std::shared_ptr<FaultEvidence>>& tenants, FaultEvidence::Clock::time_point now,
               FaultEvidence::Clock::duration quiet);
 
