@@ -37,7 +37,7 @@ SYSTEMS = ["native", "mps", "mps-prio", "green-split-*", "tally-passthrough", "t
            "tally-no-transforms", "tally-no-stream-priorities", "tally-partition", "tally-partition-64",
            "tally-partition-overlap", "tally-partition-gate", "tally-partition-24-overlap",
            "tally-partition-overlap-dyn", "tally-partition-control", "tally-default", "tally-default-no-launch-thread",
-           "tally-budget-*"]
+           "tally-default-be-inline-0", "tally-budget-*"]
 LABELS = {
     "native": "two native processes (time-sliced)",
     "mps": "MPS",
@@ -46,6 +46,7 @@ LABELS = {
     "tally-priority": "tallyd priority + gate + transforms",
     "tally-default": "tallyd priority, shipped defaults (stream priorities only)",
     "tally-default-no-launch-thread": "tallyd shipped defaults, HP launches on its session thread",
+    "tally-default-be-inline-0": "tallyd shipped defaults, BE syncs answered by the completion thread only",
     "tally-no-gate": "tallyd priority − gate",
     "tally-no-transforms": "tallyd priority − transforms",
     "tally-no-stream-priorities": "tallyd priority − stream priorities",

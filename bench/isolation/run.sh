@@ -20,7 +20,7 @@
 #                     tally-partition-64 tally-partition-overlap tally-partition-gate
 #                     tally-partition-24-overlap tally-partition-overlap-dyn tally-partition-control
 #                     tally-default tally-budget-<F>x
-#                     tally-default-no-launch-thread
+#                     tally-default-no-launch-thread tally-default-be-inline-0
 #                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest;
 #                     green-split-0: one native process, one context, HP's stream at top priority;
 #                     tally-budget-<F>x: the reserves $BUDGET_LEVELS chosen online for HP's p99 within F x
@@ -98,7 +98,7 @@ known_system() {
     native|mps|mps-prio|tally-passthrough|tally-priority|tally-no-gate|tally-no-transforms) ;;
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
     tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control|tally-default) ;;
-    tally-default-no-launch-thread) ;;
+    tally-default-no-launch-thread|tally-default-be-inline-0) ;;
     *) [[ $1 =~ ^green-split-[0-9]+$ || $1 =~ ^tally-budget-[0-9.]+x$ ]] ;;
   esac
 }
@@ -134,6 +134,7 @@ RUNS=$OUT/runs.jsonl
 : >"$RUNS"
 WORK=$(mktemp -d /tmp/tally-isolation.XXXXXX)
 CACHE=$WORK/cache
+printf 'inline_wait_us = 0\n' >"$WORK/be-inline-0.toml"
 SOCK=$WORK/tallyd.sock
 TALLYD_PID=""
 MPS_ON=0
@@ -202,6 +203,8 @@ tally_flags() {
     tally-passthrough) echo "--policy passthrough" ;;
     tally-default) echo "--policy priority" ;;  # the shipped configuration's scheduler keys
     tally-default-no-launch-thread) echo "--policy priority --no-hp-launch-thread" ;;
+    # A best-effort tenant's sync goes straight to the completion thread (no inline polling).
+    tally-default-be-inline-0) echo "--policy priority --config $WORK/be-inline-0.toml" ;;
     tally-priority) echo "--policy priority --gate --transforms" ;;  # every layer: the ablations take one away
     tally-no-gate) echo "--policy priority --no-gate --transforms" ;;
     tally-no-transforms) echo "--policy priority --gate --no-transforms" ;;

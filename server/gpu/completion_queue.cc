@@ -18,6 +18,9 @@ constexpr auto kSpinWindow = std::chrono::microseconds(300);
 // up to an idle poll late (~50 µs on the H200 host: 5 % of a 1 ms step). Longer waits poll.
 constexpr auto kFreshWatchSpin = std::chrono::milliseconds(3);
 constexpr auto kIdlePoll = std::chrono::microseconds(20);
+// Pauses between a non-urgent inline wait's polls (~1-3 µs): back to back, one tenant's polling
+// can keep another's driver calls waiting for the lock they share.
+constexpr int kBreath = 48;
 }  // namespace
 
 CompletionQueue::CompletionQueue(CUcontext context) : context_(context) {
@@ -53,7 +56,7 @@ void CompletionQueue::recycle(CUevent event) {
   spareEvents_.push_back(event);
 }
 
-bool CompletionQueue::completesWithin(CUevent event, unsigned micros, CUresult& result,
+bool CompletionQueue::completesWithin(CUevent event, unsigned micros, bool breathe, CUresult& result,
                                       const std::function<bool()>& interrupted) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
   for (unsigned round = 0;; ++round) {
@@ -61,7 +64,7 @@ bool CompletionQueue::completesWithin(CUevent event, unsigned micros, CUresult& 
     if (result != CUDA_ERROR_NOT_READY) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     if (interrupted && round % 16 == 15 && interrupted()) return false;
-    __builtin_ia32_pause();
+    for (int i = breathe ? kBreath : 1; i > 0; --i) __builtin_ia32_pause();
   }
 }
 
@@ -73,7 +76,8 @@ CUresult CompletionQueue::watchStream(CUstream stream, Callback done, unsigned i
     recycle(event);
     return r;
   }
-  if (CUresult result; inlineSpinMicros > 0 && completesWithin(event, inlineSpinMicros, result, interrupted)) {
+  if (CUresult result;
+      inlineSpinMicros > 0 && completesWithin(event, inlineSpinMicros, !urgent, result, interrupted)) {
     recycle(event);
     done(result);
     return CUDA_SUCCESS;

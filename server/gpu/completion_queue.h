@@ -45,7 +45,9 @@ class CompletionQueue {
   void run();
   CUevent takeEvent();
   void recycle(CUevent event);
-  static bool completesWithin(CUevent event, unsigned micros, CUresult& result,
+  // `breathe`: pause between polls, leaving the driver's locks to other tenants' threads (a
+  // best-effort tenant's wait, which nobody is waiting on as closely).
+  static bool completesWithin(CUevent event, unsigned micros, bool breathe, CUresult& result,
                               const std::function<bool()>& interrupted);
   void pollOnce(std::vector<Watch>& pending);
 
