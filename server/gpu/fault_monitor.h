@@ -79,8 +79,7 @@ Suspicion suspicionOf(const std::vector<std::shared_ptr<FaultEvidence>>& tenants
 // No tenant queued a launch within `quiet` before `now`. Only such a GPU is probed: on a GPU in
 // use the next launch meets a sticky error itself (statusFor declares it), and the probe is a
 // driver call in the tenants' context that took up to ~130 µs next to a busy best-effort stream on
-// the H200 (bench/micro/health_probe_cost). With it skipped while tenants launch, tallyd's HP
-// requests next to BE had 3-5x fewer over 900 µs (docs/benchmarks.md).
+// the H200 (bench/micro/health_probe_cost), which an HP tenant's launch may wait behind.
 bool quietFor(const std::map<uint64_t, std::shared_ptr<FaultEvidence>>& tenants, FaultEvidence::Clock::time_point now,
               FaultEvidence::Clock::duration quiet);
 

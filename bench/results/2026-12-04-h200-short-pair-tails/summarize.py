@@ -10,12 +10,13 @@ import tarfile
 
 import numpy as np
 
-RUNS = {"a-first-look": "", "b-probe-ab": ""}
+RUNS = ["a-first-look", "b-probe-ab", "c-launch-thread-and-long", "d-breath-ab", "e-final-b7f30e5"]
 SYSTEMS = {
     "green-split-0": "one native context, stream priorities",
     "mps-prio": "MPS with priorities",
     "tally-default-no-launch-thread": "tallyd defaults, no HP launch thread",
     "tally-default": "tallyd defaults",
+    "tally-default-be-inline-0": "tallyd defaults, BE syncs only on the completion thread",
 }
 
 
@@ -26,7 +27,8 @@ def logs(run):
         for m in tar.getmembers():
             if not m.isfile() or "small-short" not in m.name:
                 continue
-            variant = "old" if "iso-old" in m.name else "new" if "iso-new" in m.name else ""
+            parts = m.name.split("/")
+            variant = "old" if {"iso-old", "old"} & set(parts) else "new" if {"iso-new", "new"} & set(parts) else ""
             name = m.name.rsplit("/", 1)[-1]
             system = name[len("small-short-"):].rsplit("-sass-", 1)[0]
             data = np.loadtxt(io.BytesIO(tar.extractfile(m).read()), skiprows=1)[:, 1]
@@ -42,7 +44,7 @@ def main():
             label = SYSTEMS.get(system, system) + (f" (run of the {variant} tallyd)" if variant else "")
             q = np.percentile(s, [50, 90, 99, 99.9])
             rows.append((run, label, len(s), *q, int((s > 700).sum()), int((s > 900).sum())))
-            if run == "b-probe-ab":
+            if run == "b-probe-ab":  # the plot: one lease, tallyd with and without the quiet-GPU probe
                 curves.append((label, np.sort(s)))
     print("| run | system | requests | p50 µs | p90 µs | p99 µs | p99.9 µs | > 700 µs | > 900 µs |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
