@@ -3,8 +3,9 @@
 // --hp-sms SMs and the BE workload (be_workload.cuh) in another thread on a stream of a green
 // context of the remaining SMs. With --hp-sms 0 both run on streams of the primary context, HP at
 // the highest stream priority and BE at the lowest: one shared context with stream priorities,
-// what tallyd's default policy does, without remoting. BE starts first; HP joins after --lead seconds (as run.sh starts
-// the two processes); each then measures for --seconds. Prints one JSON line:
+// what tallyd's default policy does, without remoting. BE starts first; HP joins after --lead
+// seconds (as run.sh starts the two processes); each then measures for --seconds. Prints one
+// JSON line:
 //   {"hp":{..as hp_infer..},"be":{..as be_train..},"hp_sms":N,"be_sms":M}
 //
 //   green_split --rate REQ_PER_S [--hp-sms N] [--request large|small] [--shape ...]

@@ -27,7 +27,7 @@ constexpr size_t kFlushEvery = 4096;
 // of tallyd's launches as stalls every ~100 ms).
 struct Recorder {
   std::atomic<bool> enabled{false};
-  std::mutex mutex;  // events, full, spare, file, side
+  std::mutex mutex;  // events, full, spare
   std::condition_variable filled;
   std::vector<Event> events;
   std::deque<std::vector<Event>> full;   // waiting for the writer
