@@ -37,7 +37,7 @@ SYSTEMS = ["native", "mps", "mps-prio", "green-split-*", "tally-passthrough", "t
            "tally-no-transforms", "tally-no-stream-priorities", "tally-partition", "tally-partition-64",
            "tally-partition-overlap", "tally-partition-gate", "tally-partition-24-overlap",
            "tally-partition-overlap-dyn", "tally-partition-control", "tally-default", "tally-default-no-launch-thread",
-           "tally-default-be-inline-0", "tally-budget-*"]
+           "tally-default-be-inline-0", "tally-reserve-*", "tally-budget-*"]
 LABELS = {
     "native": "two native processes (time-sliced)",
     "mps": "MPS",
@@ -68,6 +68,9 @@ def label(system):
         return "one native process, one context: HP stream at top priority, BE at the lowest"
     if m:
         return f"static green-context split (HP {m.group(1)} SMs)"
+    m = re.fullmatch(r"tally-reserve-(\d+)(-overlap)?", system)
+    if m:
+        return f"tallyd priority + SM partition (HP {m.group(1)} SMs{', overlap' if m.group(2) else ''})"
     m = re.fullmatch(r"tally-budget-([0-9.]+)x", system)
     if m:
         return f"tallyd priority + SM reserves chosen online for HP p99 ≤ {m.group(1)}× alone through tallyd"
@@ -75,7 +78,8 @@ def label(system):
 
 
 def system_order(system):
-    for pattern, group in ((r"green-split-(\d+)", "green-split-*"), (r"tally-budget-([0-9.]+)x", "tally-budget-*")):
+    for pattern, group in ((r"green-split-(\d+)", "green-split-*"), (r"tally-reserve-(\d+)(?:-overlap)?", "tally-reserve-*"),
+                           (r"tally-budget-([0-9.]+)x", "tally-budget-*")):
         m = re.fullmatch(pattern, system)
         if m:
             return (SYSTEMS.index(group), float(m.group(1)))

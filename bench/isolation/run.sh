@@ -20,11 +20,12 @@
 #                     tally-partition-64 tally-partition-overlap tally-partition-gate
 #                     tally-partition-24-overlap tally-partition-overlap-dyn tally-partition-control
 #                     tally-default tally-budget-<F>x
-#                     tally-default-no-launch-thread tally-default-be-inline-0
+#                     tally-default-no-launch-thread tally-default-be-inline-0 tally-reserve-<N>[-overlap]
 #                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest;
 #                     green-split-0: one native process, one context, HP's stream at top priority;
 #                     tally-budget-<F>x: the reserves $BUDGET_LEVELS chosen online for HP's p99 within F x
-#                     HP alone, which tallyd learned in the tally-hp-alone run: the cache dir is shared)
+#                     HP alone, which tallyd learned in the tally-hp-alone run: the cache dir is shared;
+#                     tally-reserve-<N>[-overlap]: --sm-partition N[:overlap], any reserve size)
 #
 # ISOLATION_TALLYD=<path>: the tallyd binary to run (default: the build dir's).
 # ISOLATION_SERVICE_LOGS=1: every HP run also writes each request's times to
@@ -99,7 +100,7 @@ known_system() {
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
     tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control|tally-default) ;;
     tally-default-no-launch-thread|tally-default-be-inline-0) ;;
-    *) [[ $1 =~ ^green-split-[0-9]+$ || $1 =~ ^tally-budget-[0-9.]+x$ ]] ;;
+    *) [[ $1 =~ ^green-split-[0-9]+$ || $1 =~ ^tally-budget-[0-9.]+x$ || $1 =~ ^tally-reserve-[0-9]+(-overlap)?$ ]] ;;
   esac
 }
 for s in $SYSTEMS; do known_system "$s" || die "unknown system $s"; done
@@ -219,6 +220,9 @@ tally_flags() {
     # Split only while that serves HP better than sharing every SM (learned from HP's waits).
     tally-partition-control) echo "--policy priority --sm-partition 40:overlap --partition-control" ;;
     tally-budget-*) echo "--policy priority --sm-partition $BUDGET_LEVELS --hp-p99-budget ${1#tally-budget-}" ;;
+    # Any reserve size: tally-reserve-32 (plain), tally-reserve-32-overlap (HP's context spans every SM).
+    tally-reserve-*-overlap) local n=${1#tally-reserve-}; echo "--policy priority --sm-partition ${n%-overlap}:overlap" ;;
+    tally-reserve-*) echo "--policy priority --sm-partition ${1#tally-reserve-}" ;;
   esac
 }
 

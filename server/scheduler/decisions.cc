@@ -76,11 +76,13 @@ void PartitionController::observeHpWait(double micros, double tenantAloneP99) {
     probeEvery_ = knobs_.probeEvery;
     window_.clear();
     overTarget_ = 0;
+    path_.clear();
+    skipTo_.reset();
     jumpTo_ = remembered_;
     moveTo(knobs_.levels);
   }
   if (!probing_) ++sinceProbe_;
-  const bool over = micros > targetFor(level_, tenantAloneP99);
+  const bool over = micros > targetFor(tenantAloneP99);
   if (settling_ > 0) {
     --settling_;
     // Work placed before a probe ran with the larger reserve, which met the target: a wait over
@@ -90,9 +92,11 @@ void PartitionController::observeHpWait(double micros, double tenantAloneP99) {
   window_.push_back(micros);
   // Once more waits are over their bound than the window's p99 allows, the window has missed,
   // whatever the rest would be. Deciding then makes a failed probe cost HP a few waits instead of
-  // a whole window (and a settled level that starts to miss, too).
+  // a whole window (and a settled level that starts to miss, too). The strongest level has no
+  // level to go back to: its windows run whole, so its p99 is worth comparing with.
   if (over) ++overTarget_;
-  if (window_.size() >= knobs_.window || overTarget_ >= overAllowed()) finishWindow();
+  const bool missed = overTarget_ >= overAllowed() && !path_.empty();
+  if (window_.size() >= knobs_.window || missed) finishWindow();
 }
 
 void PartitionController::observeHpAloneWait(double micros) {
@@ -108,9 +112,13 @@ double PartitionController::budgetMicros() const {
   return knobs_.budget.factor * aloneP99_;
 }
 
-// A level that hurts HP: up to `to`, and probe less often while probes keep hurting (a probe that
-// passed and then failed its first settled window counts as one that hurt).
-void PartitionController::backUp(size_t to) {
+// A settled level that hurts HP: back to where the walk came from, and probe less often while
+// probes keep hurting (a probe that passed and then failed its first settled window counts as
+// one that hurt).
+void PartitionController::backUp() {
+  const size_t to = path_.back();
+  path_.pop_back();
+  skipTo_.reset();
   probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
   moveTo(to);
 }
@@ -120,28 +128,69 @@ void PartitionController::rememberLevel(size_t level) {
   remembered_ = jumpTo_ = level;
 }
 
-// One level down, or for the pair's first probe straight to the remembered level.
+// One level down; past a level that just failed, further down; for the pair's first probe
+// straight to the remembered level.
 void PartitionController::startProbe() {
   size_t to = level_ - 1;
-  if (jumpTo_ && *jumpTo_ < to) to = *jumpTo_;
+  jumping_ = false;
+  if (skipTo_ && *skipTo_ < to) {
+    to = *skipTo_;
+  } else if (jumpTo_ && *jumpTo_ < to) {
+    to = *jumpTo_;
+    jumping_ = true;
+  }
+  skipTo_.reset();
   jumpTo_.reset();
-  probeFrom_ = level_;
+  path_.push_back(level_);
   moveTo(to);
   probing_ = true;
   ++probes_;
 }
 
-double PartitionController::targetFor(size_t level, double tenantAloneP99) const {
+// A probe kept stays; one that failed goes back where it came from, and the next try goes one
+// level further down, unless the failed one was level 0 or a jump (levels between untried): then
+// the walk waits twice as long and starts again one level down.
+void PartitionController::finishProbe(bool met) {
+  probing_ = false;
+  if (met) {
+    moveTo(level_);
+    return;
+  }
+  const size_t failed = level_;
+  const size_t from = path_.back();
+  path_.pop_back();
+  if (failed > 0 && !jumping_) {
+    skipTo_ = failed - 1;
+  } else {
+    probeEvery_ = std::min(probeEvery_ * 2, knobs_.maxProbeEvery);
+  }
+  moveTo(from);
+}
+
+double PartitionController::bestOnTheWay() const {
+  double best = 0;
+  for (size_t level : path_) {
+    const double p99 = p99At_[level];
+    if (p99 > 0 && (best == 0 || p99 < best)) best = p99;
+  }
+  return best;
+}
+
+double PartitionController::targetFor(double tenantAloneP99) const {
   constexpr double kAlwaysMet = std::numeric_limits<double>::infinity();
   constexpr double kNeverMet = -kAlwaysMet;
+  const double best = bestOnTheWay();
   if (knobs_.budget.set()) {
     const double budget = knobs_.budget.factor > 0 && tenantAloneP99 > 0 ? knobs_.budget.factor * tenantAloneP99
                                                                          : budgetMicros();
-    if (budget > 0) return budget;
-    return level == knobs_.levels ? kAlwaysMet : kNeverMet;  // HP alone unknown: stay safe
+    if (budget <= 0) return path_.empty() ? kAlwaysMet : kNeverMet;  // HP alone unknown: stay safe
+    // A level on the way down met the budget (its p99, GPU-wide, within the bound): the budget
+    // holds. None did: the best of them, within tolerance, is the bound.
+    if (path_.empty() || best <= budget) return budget;
+    return knobs_.tolerance * best;
   }
-  if (level == knobs_.levels) return kAlwaysMet;  // nothing safer to compare with
-  return p99At_[level + 1] > 0 ? knobs_.tolerance * p99At_[level + 1] : kNeverMet;
+  if (path_.empty()) return kAlwaysMet;  // nothing safer to compare with
+  return best > 0 ? knobs_.tolerance * best : kNeverMet;
 }
 
 void PartitionController::moveTo(size_t level) {
@@ -156,22 +205,19 @@ void PartitionController::finishWindow() {
   const bool met = overTarget_ < overAllowed();
   overTarget_ = 0;
   if (probing_) {
-    probing_ = false;
-    if (met) {
-      moveTo(level_);  // the smaller reserve serves: kept
-    } else {
-      backUp(probeFrom_);
-    }
+    finishProbe(met);
     return;
   }
-  if (!met && level_ < knobs_.levels) {
-    backUp(level_ + 1);
+  if (!met && !path_.empty()) {
+    backUp();
     return;
   }
   if (met) settled_ = level_;
   const bool budgetUnknown = knobs_.budget.set() && budgetMicros() <= 0;  // nothing to judge a probe by
-  const bool jumpDue = jumpTo_ && *jumpTo_ < level_;  // after one window that met the target
-  if (met && level_ > 0 && (sinceProbe_ >= probeEvery_ || jumpDue) && !budgetUnknown) startProbe();
+  // The pair's first probe to the remembered level, or the next try past a failed one: after
+  // one window here.
+  const bool soonerDue = (jumpTo_ && *jumpTo_ < level_) || skipTo_;
+  if (level_ > 0 && (sinceProbe_ >= probeEvery_ || soonerDue) && !budgetUnknown) startProbe();
 }
 
 bool variantPays(const VariantRecord& variant, double originalMicros, const ChoiceKnobs& knobs) {

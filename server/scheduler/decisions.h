@@ -72,23 +72,31 @@ double p99Of(std::vector<double>& samples);
 // Which partition level serves the pair of tenants at hand, learned online from HP's
 // synchronizing waits while BE is active. Level 0 shares every SM; level i (1..levels) is the
 // i-th reserve of SmPartitionSpec, a stronger one bounding what HP waits for behind BE blocks at
-// the price of HP's own speed on its partition and BE's on the rest.
+// the price of HP's own speed on its partition and BE's on the rest. "Stronger" is the
+// operator's order, not a law: next to short BE blocks an overlapped reserve, or none, serves HP
+// better than a larger plain one, so the walk does not stop at the first level that hurts.
 // - It starts at the strongest level (the safe side).
-// - Every `probeEvery` HP waits at a level above 0 it tries the level below for one window of
-//   `window` waits and keeps it if HP's p99 there meets the target, else goes back.
-// - The target is the budget when one is set, else HP's p99 at the level above times
-//   `tolerance` (as well served). A budget relative to HP alone holds the strongest level until
-//   HP's p99 alone is known, and judges each wait by its own tenant's p99 alone once that is
-//   known: a window meets it while at most 1 % of its waits are over their bound.
-// - A settled window that misses the target moves one level up at once; a window has missed as
-//   soon as more of its waits are over the target than its p99 allows (2 of 200), so a failed
-//   probe costs HP a few slow waits rather than a whole window.
-// - Every move up doubles the wait before the next probe; the first half window after any move
-//   is not measured (work placed before it still runs where it was).
+// - Every `probeEvery` HP waits at a level above 0 it tries a level below for one window of
+//   `window` waits and keeps it if HP's p99 there meets the target, else goes back. A failed
+//   probe's next try, one window later, goes one level further down, until level 0 has been
+//   tried; then the wait before the next probe doubles and the walk starts again one level down.
+// - The target is the budget when one is set and some level on the way down met it; otherwise
+//   HP's best p99 on the way down (the levels the walk came through) times `tolerance`: where no
+//   reserve meets the budget, a smaller one is kept if it serves HP as well as the best seen, so
+//   a reserve that buys HP nothing costs BE nothing. A budget relative to HP alone holds the
+//   strongest level until HP's p99 alone is known, and judges each wait by its own tenant's p99
+//   alone once that is known: a window meets it while at most 1 % of its waits are over their
+//   bound.
+// - A settled window that misses the target moves back to the level it came from at once; a
+//   window has missed as soon as more of its waits are over the target than its p99 allows (2 of
+//   200), so a failed probe costs HP a few slow waits rather than a whole window. The strongest
+//   level has nowhere to go back to: it probes below whether it met the budget or not.
+// - The first half window after any move is not measured (work placed before it still runs
+//   where it was).
 // - HP seen alone ends the pair: the next one starts at the strongest level again.
 // - A level remembered from before (rememberLevel: where an earlier pair settled, kept across
 //   restarts) is where the first probe of each pair goes, straight from the strongest level once
-//   one window there met the target; if it fails, the walk goes on from the strongest level.
+//   one window there was measured; if it fails, the walk goes on from the strongest level.
 // CUDA-free, one caller at a time (the policy's lock).
 class PartitionController {
  public:
@@ -125,19 +133,24 @@ class PartitionController {
  private:
   // The bound a wait at `level` is judged by (infinite: always met; -infinite: never): the
   // window meets its target while at most 1 % of its waits are over theirs.
-  double targetFor(size_t level, double tenantAloneP99) const;
+  double targetFor(double tenantAloneP99) const;
+  // HP's best p99 at the levels the walk came through to level_ (0: none, at the strongest).
+  double bestOnTheWay() const;
   size_t overAllowed() const { return knobs_.window - knobs_.window * 99 / 100; }
   void finishWindow();
+  void finishProbe(bool met);
   void moveTo(size_t level);
-  void backUp(size_t to);
+  void backUp();
   void startProbe();
 
   Knobs knobs_;
   size_t level_;
   bool probing_ = false;  // level_ is on trial for one window
-  size_t probeFrom_ = 0;  // where a failed probe goes back to
+  std::vector<size_t> path_;  // the levels the walk came down through, strongest first
   std::optional<size_t> remembered_;  // rememberLevel's
   std::optional<size_t> jumpTo_;      // where this pair's first probe goes
+  std::optional<size_t> skipTo_;      // where the next probe goes, past one that failed
+  bool jumping_ = false;              // the probe on trial went to the remembered level
   std::optional<size_t> settled_;
   size_t probeEvery_;
   size_t sinceProbe_ = 0;  // waits at level_ since it was reached

@@ -167,9 +167,11 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
     if (controlsPartitions()) {
       const HpP99Budget& b = knobs.budget;
       spdlog::info("scheduler on GPU {}: the level is chosen online: the weakest {}", ordinal,
-                   b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs", b.micros)
-                   : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone", b.factor)
-                                  : std::string("that serves HP as well as the next stronger one"));
+                   b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs, else the weakest that serves HP "
+                                                "as well as the best stronger one", b.micros)
+                   : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone, else the weakest that "
+                                                "serves HP as well as the best stronger one", b.factor)
+                                  : std::string("that serves HP as well as the best stronger one"));
     }
   }
   if (config_.transforms && !launcher_.hasPtbHelpers(&g)) {

@@ -182,14 +182,72 @@ TEST(PartitionController, WithABudgetItSettlesOnTheSmallestReserveThatMeetsIt) {
   EXPECT_EQ(c.level(), 2u);
 }
 
-TEST(PartitionController, ABudgetNoLevelMeetsKeepsTheLargestReserve) {
+// Where no level meets the budget, a reserve is kept only where it serves HP better than a
+// smaller one: a reserve that buys HP nothing costs BE nothing.
+TEST(PartitionController, ABudgetNoLevelMeetsKeepsNoReserveThatBuysHpNothing) {
   PartitionController::Knobs k = smallKnobs();
   k.levels = 2;
   k.budget.micros = 1000;
   PartitionController c(k);
-  feed(c, 3000, 400);  // p99 4 ms everywhere: over the budget, never probes below
+  feed(c, 300, 400);  // p99 4 ms at the largest reserve, over the budget: it probes below anyway
+  ASSERT_EQ(c.level(), 1u);
+  measured(c, 100, 400);  // as well served: kept
+  EXPECT_EQ(c.level(), 1u);
+  feed(c, 300, 400);
+  ASSERT_EQ(c.level(), 0u);
+  measured(c, 100, 400);
+  EXPECT_EQ(c.level(), 0u) << "every level serves HP alike: BE gets every SM";
+  EXPECT_EQ(c.probes(), 2u);
+}
+
+TEST(PartitionController, ABudgetNoLevelMeetsKeepsTheReserveThatServesHpBest) {
+  PartitionController::Knobs k = smallKnobs();
+  k.levels = 2;
+  k.budget.micros = 1000;
+  PartitionController c(k);
+  feed(c, 300, 400);  // p99 4 ms at the largest reserve
+  ASSERT_EQ(c.level(), 1u);
+  feed(c, 10, 400);
+  c.observeHpWait(9000);
+  c.observeHpWait(9000);  // over 1.1 x the best seen: the probe fails
+  ASSERT_EQ(c.level(), 2u);
+  feed(c, 150, 400);  // one window back at the largest reserve, then the next level down
+  ASSERT_EQ(c.level(), 0u);
+  c.observeHpWait(9000);
+  c.observeHpWait(9000);
+  ASSERT_EQ(c.level(), 2u) << "every level below tried: back, and twice the wait before the next walk";
+  feed(c, 550, 400);
   EXPECT_EQ(c.level(), 2u);
-  EXPECT_EQ(c.probes(), 0u);
+  feed(c, 100, 400);
+  EXPECT_EQ(c.level(), 1u);
+  EXPECT_EQ(c.probes(), 3u);
+}
+
+// Next to short BE blocks a larger plain reserve serves HP worse than a smaller overlapped one
+// below it (measured on the H200): a level that fails does not end the walk.
+TEST(PartitionController, TheWalkGoesPastALevelThatServesHpWorse) {
+  PartitionController::Knobs k = smallKnobs();
+  k.levels = 3;
+  k.budget.micros = 5000;
+  PartitionController c(k);
+  feed(c, 300, 300);  // p99 3 ms at the strongest level
+  ASSERT_EQ(c.level(), 2u);
+  feed(c, 10, 300);
+  c.observeHpWait(9000);
+  c.observeHpWait(9000);
+  ASSERT_EQ(c.level(), 3u);
+  feed(c, 150, 300);  // one window back, then past the level that failed
+  ASSERT_EQ(c.level(), 1u);
+  measured(c, 100, 350);  // within the budget: kept
+  EXPECT_EQ(c.level(), 1u);
+  feed(c, 300, 350);
+  ASSERT_EQ(c.level(), 0u);
+  c.observeHpWait(9000);
+  c.observeHpWait(9000);
+  EXPECT_EQ(c.level(), 1u) << "back where the failed probe came from, not to the level above it";
+  feed(c, 100, 350);
+  EXPECT_EQ(c.settledLevel(), 1u);
+  EXPECT_EQ(c.probes(), 3u);
 }
 
 TEST(PartitionController, ARelativeBudgetWaitsForHpAlone) {
