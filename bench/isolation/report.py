@@ -3,13 +3,15 @@
 
 Usage:
   python3 bench/isolation/report.py runs.jsonl [--clocks clocks.csv] [--markdown docs/benchmarks.md]
-                                    [--plot bench/results/<name>.png] [--json summary.json] [--rho X]
+                                    [--plot bench/results/<name>.png] [--block-plot PNG] [--json summary.json]
+                                    [--rho X]
 
 Per HP/BE pair (e.g. small:long) and BE build, one table: HP service p50 and p99 divided by the
 same figure of HP alone (native, same request kind, same repeat and load) and BE throughput
 divided by BE alone (native, same shape, block length and build, same repeat); median over the
 repeats, min–max in brackets when there are several. Load-sweep runs (other ρ) get a table of
-their own. The section replaces the region between <!-- isolation:begin --> and
+their own; pairs of one request kind and BE build at three or more BE block lengths get a
+block-length table (--block-plot draws it). The section replaces the region between <!-- isolation:begin --> and
 <!-- isolation:end --> (appended if absent). Lines of older runs (no "pair") count as large:mixed,
 the pair those runs measured. The plot needs matplotlib; without it the plot is skipped with a
 message.
@@ -222,6 +224,71 @@ def sweep_table(pair, build, norm, rhos):
     return lines + [""]
 
 
+def block_sweeps(rows, norm, rho):
+    """{(kind, build): [(block µs, shape, pair)...]} for request kinds and builds measured next to
+    three or more BE block lengths at load rho, shortest block first."""
+    sweeps = collections.defaultdict(dict)
+    for r in rows:
+        if r["pair"] and r["be_block_us"] is not None and (r["pair"], r["be_build"], rho) in norm:
+            sweeps[(r["hp_request"], r["be_build"])][r["pair"]] = (r["be_block_us"], r["be_shape"], r["pair"])
+    return {k: sorted(v.values()) for k, v in sweeps.items() if len({b for b, _, _ in v.values()}) >= 3}
+
+
+def block_table(kind, build, points, norm, rho):
+    systems = sorted({s for _, _, pair in points for s in norm[(pair, build, rho)]}, key=system_order)
+    heads = [f"{shape} {block:g} µs" for block, shape, _ in points]
+    lines = [f"**BE block length, HP {kind}** ({build}, ρ = {rho}): HP p99 × alone / BE × alone, median over "
+             "the repeats", "", "| system | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(points)]
+    for system in systems:
+        cells = []
+        for _, _, pair in points:
+            runs = norm[(pair, build, rho)].get(system, [])
+            cells.append(f"{spread_text(runs, 'p99')} / {spread_text(runs, 'be')}" if runs else "—")
+        lines.append(f"| {label(system)} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def spread_text(runs, key):
+    s = spread([v[key] for v in runs if v])
+    return "failed" if s is None else f"{s['median']:.2f}"
+
+
+def block_plot(rows, rho, path):
+    plt = markdown_region.pyplot("report.py")
+    if plt is None:
+        return
+    norm = normalized(rows)
+    sweeps = block_sweeps(rows, norm, rho)
+    if not sweeps:
+        print("report.py: no block-length sweep to plot", file=sys.stderr)
+        return
+    (kind, build), points = next(iter(sweeps.items()))
+    systems = sorted({s for _, _, pair in points for s in norm[(pair, build, rho)]}, key=system_order)
+    fig, (hp_ax, be_ax) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for i, system in enumerate(systems):
+        xs, p99, be = [], [], []
+        for block, _, pair in points:
+            ok = [v for v in norm[(pair, build, rho)].get(system, []) if v]
+            if ok:
+                xs.append(block)
+                p99.append(statistics.median(v["p99"] for v in ok))
+                be.append(statistics.median(v["be"] for v in ok))
+        style = dict(marker="osD^v<>pXh*P"[i % 12], color=f"C{i % 10}", label=label(system))
+        hp_ax.plot(xs, p99, **style)
+        be_ax.plot(xs, be, **style)
+    hp_ax.axhline(TARGET_HP_P99, color="red", linestyle="--", linewidth=0.8)
+    be_ax.axhline(TARGET_BE, color="red", linestyle="--", linewidth=0.8)
+    for ax, name in ((hp_ax, "HP service p99 (× HP alone)"), (be_ax, "BE throughput (× BE alone)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("BE block length (µs)")
+        ax.set_ylabel(name)
+    hp_ax.set_yscale("log")
+    fig.legend(*hp_ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.suptitle(f"HP {kind} next to BE blocks of 10 µs to 10 ms ({build}, ρ = {rho}); targets in red", fontsize=11)
+    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(systems) + 1) // 2), 1, 0.95))
+    fig.savefig(path, dpi=110)
+
+
 def pairs_and_builds(rows):
     seen = []
     for r in rows:
@@ -233,6 +300,8 @@ def pairs_and_builds(rows):
 def section(rows, clocks, rho):
     norm = normalized(rows)
     lines = [BEGIN, ""]
+    for (kind, build), points in block_sweeps(rows, norm, rho).items():
+        lines += block_table(kind, build, points, norm, rho)
     for pair, build in pairs_and_builds(rows):
         if (pair, build, rho) in norm:
             lines += pair_table(pair, build, rows, norm, rho)
@@ -324,6 +393,7 @@ def main():
     p.add_argument("--clocks")
     p.add_argument("--markdown")
     p.add_argument("--plot")
+    p.add_argument("--block-plot", help="HP p99 and BE throughput against BE block length")
     p.add_argument("--json", help="write the tables' numbers here")
     p.add_argument("--rho", type=float, help="the main load (default: the load of most runs)")
     a = p.parse_args()
@@ -335,6 +405,8 @@ def main():
             json.dump(summary(rows, rho), f, indent=1)
     if a.plot:
         plot(rows, rho, a.plot)
+    if a.block_plot:
+        block_plot(rows, rho, a.block_plot)
 
 
 if __name__ == "__main__":
