@@ -68,6 +68,20 @@ void measured(PartitionController& c, size_t count, double micros) {
   feed(c, count, micros);
 }
 
+PartitionController budgeted(size_t levels, double budgetMicros) {
+  PartitionController::Knobs k = smallKnobs();
+  k.levels = levels;
+  k.budget.micros = budgetMicros;
+  return PartitionController(k);
+}
+
+// Ordinary waits, then two of 9 ms: a probe whose bound is below that fails on the second.
+void twoSlowWaits(PartitionController& c, double micros) {
+  feed(c, 10, micros);
+  c.observeHpWait(9000);
+  c.observeHpWait(9000);
+}
+
 TEST(PartitionController, StartsSplitAndKeepsSharingWhenItServesHpAsWell) {
   PartitionController c(smallKnobs());
   EXPECT_TRUE(c.wantSplit());
@@ -164,10 +178,7 @@ TEST(PartitionController, AProbeThatPassedAndThenFailedBacksOffToo) {
 // With a budget the controller settles on the smallest reserve whose HP p99 meets it: that
 // leaves BE the most SMs the operator's bound allows.
 TEST(PartitionController, WithABudgetItSettlesOnTheSmallestReserveThatMeetsIt) {
-  PartitionController::Knobs k = smallKnobs();
-  k.levels = 2;
-  k.budget.micros = 5000;
-  PartitionController c(k);
+  PartitionController c = budgeted(2, 5000);
   EXPECT_EQ(c.level(), 2u) << "starts at the largest reserve";
   feed(c, 300, 300);  // p99 3 ms: within the budget, so the smaller reserve is tried
   EXPECT_EQ(c.level(), 1u);
@@ -185,10 +196,7 @@ TEST(PartitionController, WithABudgetItSettlesOnTheSmallestReserveThatMeetsIt) {
 // Where no level meets the budget, a reserve is kept only where it serves HP better than a
 // smaller one: a reserve that buys HP nothing costs BE nothing.
 TEST(PartitionController, ABudgetNoLevelMeetsKeepsNoReserveThatBuysHpNothing) {
-  PartitionController::Knobs k = smallKnobs();
-  k.levels = 2;
-  k.budget.micros = 1000;
-  PartitionController c(k);
+  PartitionController c = budgeted(2, 1000);
   feed(c, 300, 400);  // p99 4 ms at the largest reserve, over the budget: it probes below anyway
   ASSERT_EQ(c.level(), 1u);
   measured(c, 100, 400);  // as well served: kept
@@ -201,20 +209,14 @@ TEST(PartitionController, ABudgetNoLevelMeetsKeepsNoReserveThatBuysHpNothing) {
 }
 
 TEST(PartitionController, ABudgetNoLevelMeetsKeepsTheReserveThatServesHpBest) {
-  PartitionController::Knobs k = smallKnobs();
-  k.levels = 2;
-  k.budget.micros = 1000;
-  PartitionController c(k);
+  PartitionController c = budgeted(2, 1000);
   feed(c, 300, 400);  // p99 4 ms at the largest reserve
   ASSERT_EQ(c.level(), 1u);
-  feed(c, 10, 400);
-  c.observeHpWait(9000);
-  c.observeHpWait(9000);  // over 1.1 x the best seen: the probe fails
+  twoSlowWaits(c, 400);  // over 1.1 x the best seen: the probe fails
   ASSERT_EQ(c.level(), 2u);
   feed(c, 150, 400);  // one window back at the largest reserve, then the next level down
   ASSERT_EQ(c.level(), 0u);
-  c.observeHpWait(9000);
-  c.observeHpWait(9000);
+  twoSlowWaits(c, 400);
   ASSERT_EQ(c.level(), 2u) << "every level below tried: back, and twice the wait before the next walk";
   feed(c, 550, 400);
   EXPECT_EQ(c.level(), 2u);
@@ -226,15 +228,10 @@ TEST(PartitionController, ABudgetNoLevelMeetsKeepsTheReserveThatServesHpBest) {
 // Next to short BE blocks a larger plain reserve serves HP worse than a smaller overlapped one
 // below it (measured on the H200): a level that fails does not end the walk.
 TEST(PartitionController, TheWalkGoesPastALevelThatServesHpWorse) {
-  PartitionController::Knobs k = smallKnobs();
-  k.levels = 3;
-  k.budget.micros = 5000;
-  PartitionController c(k);
+  PartitionController c = budgeted(3, 5000);
   feed(c, 300, 300);  // p99 3 ms at the strongest level
   ASSERT_EQ(c.level(), 2u);
-  feed(c, 10, 300);
-  c.observeHpWait(9000);
-  c.observeHpWait(9000);
+  twoSlowWaits(c, 300);
   ASSERT_EQ(c.level(), 3u);
   feed(c, 150, 300);  // one window back, then past the level that failed
   ASSERT_EQ(c.level(), 1u);
@@ -242,8 +239,7 @@ TEST(PartitionController, TheWalkGoesPastALevelThatServesHpWorse) {
   EXPECT_EQ(c.level(), 1u);
   feed(c, 300, 350);
   ASSERT_EQ(c.level(), 0u);
-  c.observeHpWait(9000);
-  c.observeHpWait(9000);
+  twoSlowWaits(c, 350);
   EXPECT_EQ(c.level(), 1u) << "back where the failed probe came from, not to the level above it";
   feed(c, 100, 350);
   EXPECT_EQ(c.settledLevel(), 1u);
@@ -277,10 +273,7 @@ TEST(PartitionController, ANewPairStartsAtTheLargestReserve) {
 
 // Three levels, a 5 ms budget, and where an earlier pair settled.
 PartitionController rememberingController(size_t remembered) {
-  PartitionController::Knobs k = smallKnobs();
-  k.levels = 3;
-  k.budget.micros = 5000;
-  PartitionController c(k);
+  PartitionController c = budgeted(3, 5000);
   c.rememberLevel(remembered);
   return c;
 }
