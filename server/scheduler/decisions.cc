@@ -85,8 +85,8 @@ void PartitionController::observeHpWait(double micros, double tenantAloneP99) {
   const bool over = micros > targetFor(tenantAloneP99);
   if (settling_ > 0) {
     --settling_;
-    // Work placed before a probe ran with the larger reserve, which met the target: a wait over
-    // it now is the probe's doing, and counts against it at once.
+    // Work placed before a probe ran where the walk came from, which served HP: a wait over the
+    // target now is the probe's doing, and counts against it at once.
     if (!probing_ || !over) return;
   }
   window_.push_back(micros);

@@ -131,7 +131,7 @@ class PartitionController {
   double p99At(size_t level) const { return p99At_.at(level); }
 
  private:
-  // The bound a wait at `level` is judged by (infinite: always met; -infinite: never): the
+  // The bound a wait at level_ is judged by (infinite: always met; -infinite: never): the
   // window meets its target while at most 1 % of its waits are over theirs.
   double targetFor(double tenantAloneP99) const;
   // HP's best p99 at the levels the walk came through to level_ (0: none, at the strongest).

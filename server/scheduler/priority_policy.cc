@@ -166,12 +166,13 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
     }
     if (controlsPartitions()) {
       const HpP99Budget& b = knobs.budget;
+      const std::string servesAsWell = "that serves HP as well as the best stronger one";
       spdlog::info("scheduler on GPU {}: the level is chosen online: the weakest {}", ordinal,
-                   b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs, else the weakest that serves HP "
-                                                "as well as the best stronger one", b.micros)
-                   : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone, else the weakest that "
-                                                "serves HP as well as the best stronger one", b.factor)
-                                  : std::string("that serves HP as well as the best stronger one"));
+                   b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs, else the weakest {}", b.micros,
+                                                servesAsWell)
+                   : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone, else the weakest {}",
+                                                b.factor, servesAsWell)
+                                  : servesAsWell);
     }
   }
   if (config_.transforms && !launcher_.hasPtbHelpers(&g)) {
