@@ -156,12 +156,12 @@ def spread(values):
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else None
 
 
-def cell(runs, key, digits=2):
+def cell(runs, key, digits=2, ranges=True):
     s = spread([v[key] for v in runs if v])
     if s is None:
         return "failed" if runs else "—"
     text = f"{s['median']:.{digits}f}"
-    if s["n"] > 1:
+    if ranges and s["n"] > 1:
         text += f" ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
     return text
 
@@ -243,14 +243,9 @@ def block_table(kind, build, points, norm, rho):
         cells = []
         for _, _, pair in points:
             runs = norm[(pair, build, rho)].get(system, [])
-            cells.append(f"{spread_text(runs, 'p99')} / {spread_text(runs, 'be')}" if runs else "—")
+            cells.append(f"{cell(runs, 'p99', ranges=False)} / {cell(runs, 'be', ranges=False)}" if runs else "—")
         lines.append(f"| {label(system)} | " + " | ".join(cells) + " |")
     return lines + [""]
-
-
-def spread_text(runs, key):
-    s = spread([v[key] for v in runs if v])
-    return "failed" if s is None else f"{s['median']:.2f}"
 
 
 def block_plot(rows, rho, path):
