@@ -8,6 +8,9 @@
 // Every kernel of both spans all SMs (the smallest grid, small's row reduction, has 640 blocks).
 // Requests arrive open-loop on a seeded Poisson schedule; one that arrives while the previous one
 // runs waits (one in flight, as a single-stream server).
+// Chained (hp_infer --pdl): the application itself uses programmatic dependent launch (sm_90), each
+// kernel waiting for its predecessor in the kernel and letting its successor be scheduled early:
+// the native reference for what tallyd does to a high-priority tenant's kernels with PTX.
 #pragma once
 
 #include <algorithm>
@@ -23,7 +26,19 @@ namespace isolation {
 
 constexpr int kTile = 16;
 
+// A chained kernel's first statements: wait until the previous kernel of the stream has finished
+// and its writes are visible, then let the next one be scheduled (both no-ops without PDL).
+template <bool Chained>
+__device__ __forceinline__ void chainPrologue() {
+  if constexpr (Chained) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
+}
+
+template <bool Chained>
 __global__ void gemm(const float* a, const float* b, float* c, int n) {
+  chainPrologue<Chained>();
   __shared__ float ta[kTile][kTile], tb[kTile][kTile];
   int row = blockIdx.y * kTile + threadIdx.y, col = blockIdx.x * kTile + threadIdx.x;
   float acc = 0;
@@ -37,7 +52,9 @@ __global__ void gemm(const float* a, const float* b, float* c, int n) {
   c[row * n + col] = acc;
 }
 
+template <bool Chained>
 __global__ void biasGelu(float* x, const float* bias, int n) {
+  chainPrologue<Chained>();
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n * n) {
     float v = x[i] + bias[i % n];
@@ -45,7 +62,9 @@ __global__ void biasGelu(float* x, const float* bias, int n) {
   }
 }
 
+template <bool Chained>
 __global__ void rowSum(const float* x, float* sums, int n) {
+  chainPrologue<Chained>();
   __shared__ float part[256];
   float s = 0;
   for (int j = threadIdx.x; j < n; j += blockDim.x) s += x[blockIdx.x * n + j];
@@ -58,7 +77,9 @@ __global__ void rowSum(const float* x, float* sums, int n) {
   if (threadIdx.x == 0) sums[blockIdx.x] = part[0] / n;
 }
 
+template <bool Chained>
 __global__ void normalize(float* x, const float* means, int n) {
+  chainPrologue<Chained>();
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n * n) x[i] = (x[i] - means[i / n]) * 0.05f;
 }
@@ -80,7 +101,8 @@ inline RequestKind requestKind(const std::string& name) {
 
 class HpModel {
  public:
-  HpModel(const RequestKind& kind, cudaStream_t stream) : kind_(kind), stream_(stream) {
+  HpModel(const RequestKind& kind, cudaStream_t stream, bool chained = false)
+      : kind_(kind), stream_(stream), chained_(chained) {
     const size_t n = size_t(kind.dim) * kind.dim;
     std::vector<float> init(n);
     for (size_t i = 0; i < n; ++i) init[i] = float((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
@@ -107,11 +129,19 @@ class HpModel {
     dim3 tile(kTile, kTile), tiles(n / kTile, n / kTile);
     int threads = 256, blocks = (n * n + threads - 1) / threads;
     for (int l = 0; l < kind_.layers; ++l) {
-      gemm<<<tiles, tile, 0, stream_>>>(act_[cur], weights_[l], act_[1 - cur], n);
+      if (chained_) {
+        launchChained(gemm<true>, tiles, tile, act_[cur], weights_[l], act_[1 - cur], n);
+        cur = 1 - cur;
+        launchChained(biasGelu<true>, dim3(blocks), dim3(threads), act_[cur], (const float*)bias_, n);
+        launchChained(rowSum<true>, dim3(n), dim3(256), (const float*)act_[cur], sums_, n);
+        launchChained(normalize<true>, dim3(blocks), dim3(threads), act_[cur], (const float*)sums_, n);
+        continue;
+      }
+      gemm<false><<<tiles, tile, 0, stream_>>>(act_[cur], weights_[l], act_[1 - cur], n);
       cur = 1 - cur;
-      biasGelu<<<blocks, threads, 0, stream_>>>(act_[cur], bias_, n);
-      rowSum<<<n, 256, 0, stream_>>>(act_[cur], sums_, n);
-      normalize<<<blocks, threads, 0, stream_>>>(act_[cur], sums_, n);
+      biasGelu<false><<<blocks, threads, 0, stream_>>>(act_[cur], bias_, n);
+      rowSum<false><<<n, 256, 0, stream_>>>(act_[cur], sums_, n);
+      normalize<false><<<blocks, threads, 0, stream_>>>(act_[cur], sums_, n);
     }
     if (kind_.copyOut) CHECK(cudaMemcpyAsync(hostOut_, act_[cur], bytes(), cudaMemcpyDeviceToHost, stream_));
     CHECK(cudaStreamSynchronize(stream_));
@@ -119,10 +149,25 @@ class HpModel {
   }
 
  private:
+  template <typename... Params, typename... Args>
+  void launchChained(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = stream_;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+  }
+
   size_t bytes() const { return size_t(kind_.dim) * kind_.dim * sizeof(float); }
 
   RequestKind kind_;
   cudaStream_t stream_;
+  bool chained_;
   float* act_[2] = {};
   std::vector<float*> weights_;
   float *bias_ = nullptr, *sums_ = nullptr, *hostIn_ = nullptr, *hostOut_ = nullptr;

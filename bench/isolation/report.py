@@ -38,15 +38,18 @@ TARGET_HP_P99, TARGET_BE = 1.5, 0.7
 SYSTEMS = ["native", "mps", "mps-prio", "green-split-*", "tally-passthrough", "tally-priority", "tally-no-gate",
            "tally-no-transforms", "tally-no-stream-priorities", "tally-partition", "tally-partition-64",
            "tally-partition-overlap", "tally-partition-gate", "tally-partition-24-overlap",
-           "tally-partition-overlap-dyn", "tally-partition-control", "tally-default", "tally-default-no-launch-thread",
-           "tally-default-be-inline-0", "tally-reserve-*", "tally-budget-*"]
+           "tally-partition-overlap-dyn", "tally-partition-control", "tally-default", "tally-no-chain",
+           "tally-chain-always", "tally-default-no-launch-thread", "tally-default-be-inline-0", "tally-reserve-*",
+           "tally-budget-*"]
 LABELS = {
     "native": "two native processes (time-sliced)",
     "mps": "MPS",
     "mps-prio": "MPS, BE at lower client priority",
     "tally-passthrough": "tallyd passthrough",
     "tally-priority": "tallyd priority + gate + transforms",
-    "tally-default": "tallyd priority, shipped defaults (stream priorities only)",
+    "tally-default": "tallyd priority, shipped defaults",
+    "tally-no-chain": "tallyd shipped defaults − chained HP kernels",
+    "tally-chain-always": "tallyd shipped defaults, HP kernels chained even alone",
     "tally-default-no-launch-thread": "tallyd shipped defaults, HP launches on its session thread",
     "tally-default-be-inline-0": "tallyd shipped defaults, BE syncs answered by the completion thread only",
     "tally-no-gate": "tallyd priority − gate",
@@ -65,6 +68,8 @@ BUILDS = {"ptx": "BE built with PTX (transformable)", "sass": "BE built SASS-onl
 
 
 def label(system):
+    if system.endswith("+pdl"):
+        return label(system[:-len("+pdl")]) + "; HP chains its own kernels (PDL)"
     m = re.fullmatch(r"green-split-(\d+)", system)
     if m and m.group(1) == "0":
         return "one native process, one context: HP stream at top priority, BE at the lowest"
@@ -80,12 +85,14 @@ def label(system):
 
 
 def system_order(system):
+    if system.endswith("+pdl"):  # right after the system it modifies
+        return system_order(system[:-len("+pdl")])[:2] + (1,)
     for pattern, group in ((r"green-split-(\d+)", "green-split-*"), (r"tally-reserve-(\d+)(?:-overlap)?", "tally-reserve-*"),
                            (r"tally-budget-([0-9.]+)x", "tally-budget-*")):
         m = re.fullmatch(pattern, system)
         if m:
-            return (SYSTEMS.index(group), float(m.group(1)))
-    return (SYSTEMS.index(system) if system in SYSTEMS else len(SYSTEMS), system)
+            return (SYSTEMS.index(group), float(m.group(1)), 0)
+    return (SYSTEMS.index(system) if system in SYSTEMS else len(SYSTEMS), system, 0)
 
 
 def load(path):

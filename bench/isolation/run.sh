@@ -21,11 +21,13 @@
 #                     tally-partition-24-overlap tally-partition-overlap-dyn tally-partition-control
 #                     tally-default tally-budget-<F>x
 #                     tally-default-no-launch-thread tally-default-be-inline-0 tally-reserve-<N>[-overlap]
+#                     tally-no-chain tally-chain-always
 #                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest;
 #                     green-split-0: one native process, one context, HP's stream at top priority;
 #                     tally-budget-<F>x: the reserves $BUDGET_LEVELS chosen online for HP's p99 within F x
 #                     HP alone, which tallyd learned in the tally-hp-alone run: the cache dir is shared;
-#                     tally-reserve-<N>[-overlap]: --sm-partition N[:overlap], any reserve size)
+#                     tally-reserve-<N>[-overlap]: --sm-partition N[:overlap], any reserve size;
+#                     <system>+pdl: hp_infer chains its own kernels, programmatic dependent launch)
 #
 # ISOLATION_TALLYD=<path>: the tallyd binary to run (default: the build dir's).
 # ISOLATION_SERVICE_LOGS=1: every HP run also writes each request's times to
@@ -38,7 +40,7 @@
 # shellcheck disable=SC2046  # option and environment lists are split into words on purpose
 set -euo pipefail
 
-[[ $# -ge 2 ]] || { sed -n 2,27p "$0"; exit 2; }
+[[ $# -ge 2 ]] || { sed -n 2,29p "$0"; exit 2; }
 BUILD=$(cd "$1" && pwd)
 OUT=$2
 shift 2
@@ -99,11 +101,15 @@ known_system() {
     native|mps|mps-prio|tally-passthrough|tally-priority|tally-no-gate|tally-no-transforms) ;;
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
     tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control|tally-default) ;;
-    tally-default-no-launch-thread|tally-default-be-inline-0) ;;
+    tally-default-no-launch-thread|tally-default-be-inline-0|tally-no-chain|tally-chain-always) ;;
     *) [[ $1 =~ ^green-split-[0-9]+$ || $1 =~ ^tally-budget-[0-9.]+x$ || $1 =~ ^tally-reserve-[0-9]+(-overlap)?$ ]] ;;
   esac
 }
-for s in $SYSTEMS; do known_system "$s" || die "unknown system $s"; done
+# <system>+pdl: the same system with hp_infer chaining its own kernels (--pdl 1); not for green-split.
+for s in $SYSTEMS; do
+  known_system "${s%+pdl}" || die "unknown system $s"
+  [[ $s != green-split-*+pdl ]] || die "$s: green_split has no --pdl"
+done
 KINDS=$(for p in $PAIRS; do pair_kind "$p"; done | sort -u | xargs)
 BES=$(for p in $PAIRS; do pair_be "$p"; done | sort -u | xargs)
 read -r FIRST_PAIR _ <<<"$PAIRS"
@@ -203,6 +209,8 @@ tally_flags() {
   case $1 in
     tally-passthrough) echo "--policy passthrough" ;;
     tally-default) echo "--policy priority" ;;  # the shipped configuration's scheduler keys
+    tally-no-chain) echo "--policy priority --hp-chain off" ;;  # the defaults without chained HP kernels
+    tally-chain-always) echo "--policy priority --hp-chain always" ;;
     tally-default-no-launch-thread) echo "--policy priority --no-hp-launch-thread" ;;
     # A best-effort tenant's sync goes straight to the completion thread (no inline polling).
     tally-default-be-inline-0) echo "--policy priority --config $WORK/be-inline-0.toml" ;;
@@ -316,7 +324,8 @@ warm_tallyd() {  # key build
 # BE_LEAD seconds after it; both then measure for SECONDS_PER_RUN (windows aligned to ~0.1 s).
 colocated() {  # repeat pair build system rho rate
   local repeat=$1 pair=$2 build=$3 system=$4 rho=$5 rate=$6
-  local kind be_key be_out=$WORK/be.json hp_out=$WORK/hp.json
+  local kind be_key be_out=$WORK/be.json hp_out=$WORK/hp.json base=${4%+pdl} hp_chained=""
+  [[ $system == *+pdl ]] && hp_chained="--pdl 1"
   kind=$(pair_kind "$pair")
   be_key=$(pair_be "$pair")
   : >"$be_out"
@@ -330,12 +339,12 @@ colocated() {  # repeat pair build system rho rate
     json_field "$both" hp >"$hp_out"
     json_field "$both" be >"$be_out"
   else
-    env $(client_env "$system" be) "$BIN/be_train_$build" $(be_args "$be_key" "$build") \
+    env $(client_env "$base" be) "$BIN/be_train_$build" $(be_args "$be_key" "$build") \
       --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" >"$be_out" 2>>"$OUT/clients.log" &
     local be_pid=$!
     sleep "$BE_LEAD"
-    env $(client_env "$system" hp) "$BIN/hp_infer" --request "$kind" --rate "$rate" --seconds "$SECONDS_PER_RUN" \
-      --seed "$repeat" $(service_log "$pair-$system-$build-r$repeat") >"$hp_out" 2>>"$OUT/clients.log" ||
+    env $(client_env "$base" hp) "$BIN/hp_infer" --request "$kind" --rate "$rate" --seconds "$SECONDS_PER_RUN" \
+      --seed "$repeat" $hp_chained $(service_log "$pair-$system-$build-r$repeat") >"$hp_out" 2>>"$OUT/clients.log" ||
       log "hp failed under $system"
     wait "$be_pid" || log "be failed under $system"
   fi
@@ -347,7 +356,7 @@ run_systems() {  # repeat pair build rho rate systems...
   local repeat=$1 pair=$2 build=$3 rho=$4 rate=$5 system
   shift 5
   for system in "$@"; do
-    if prepare "$system"; then
+    if prepare "${system%+pdl}"; then
       colocated "$repeat" "$pair" "$build" "$system" "$rho" "$rate"
     else
       record "$repeat" "$pair" "$(pair_kind "$pair")" "$(pair_be "$pair")" "$build" "$system" "$rho" "" ""

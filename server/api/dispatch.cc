@@ -127,6 +127,7 @@ session::StreamState* streamForWork(CallContext& ctx, uint64_t streamId) {
     }
   }
   if (s != nullptr) {
+    ++s->workQueued;
     ctx.tenant().streams().orderBefore(*s);
     if (scheduler::Policy* policy = ctx.services().policy; policy != nullptr) {
       ctx.tenant().streams().place(*s, policy->placement(ctx.tenant().priority() == session::PriorityClass::kHigh, *s->gpu));

@@ -109,7 +109,8 @@ gpu::LaunchShape shapeOf(wire::LaunchKernel::Reader args) {
 // What the scheduler needs of one launch; the parameter pointers into `buffer` are made by
 // scheduler::ParameterPointers.
 scheduler::KernelLaunch kernelLaunch(session::Tenant& tenant, session::FunctionState& f, session::StreamState& s,
-                                     const gpu::LaunchShape& shape, std::span<const uint8_t> buffer, bool mustNotHold) {
+                                     const gpu::LaunchShape& shape, std::span<const uint8_t> buffer, bool mustNotHold,
+                                     bool followsKernel) {
   auto& counters = tenant.counters();
   scheduler::KernelLaunch k;
   k.tenant = tenant.id();
@@ -121,6 +122,8 @@ scheduler::KernelLaunch kernelLaunch(session::Tenant& tenant, session::FunctionS
   k.original = f.function;
   k.sliced = f.sliced;
   k.ptb = f.ptb;
+  k.chained = f.chained;
+  k.followsKernel = followsKernel;
   k.profileKey = &f.profileKey;
   k.shape = shape;
   k.paramBuffer = buffer;
@@ -155,6 +158,7 @@ struct QueuedLaunch {
   session::StreamState* stream;
   gpu::LaunchShape shape;
   bool mustNotHold;
+  bool followsKernel;
   uint32_t paramBytes;
   alignas(16) uint8_t params[kMaxParamBytes];
 };
@@ -164,7 +168,7 @@ void runQueued(QueuedLaunch& q) {
   session::Tenant& tenant = *q.tenant;
   q.function->gpu->makeCurrent();
   scheduler::KernelLaunch k =
-      kernelLaunch(tenant, *q.function, *q.stream, q.shape, {q.params, q.paramBytes}, q.mustNotHold);
+      kernelLaunch(tenant, *q.function, *q.stream, q.shape, {q.params, q.paramBytes}, q.mustNotHold, q.followsKernel);
   scheduler::ParameterPointers params(k);
   k.paramPointers = params.get();
   CUresult r = launchScheduled(q.policy, k, params.get());
@@ -184,7 +188,7 @@ bool queueable(CallContext& ctx, const LaunchAttributes& attributes, size_t para
 }
 
 void queue(CallContext& ctx, session::LaunchThread& thread, session::FunctionState& f, session::StreamState& s,
-           const gpu::LaunchShape& shape, capnp::Data::Reader buffer) {
+           const gpu::LaunchShape& shape, capnp::Data::Reader buffer, bool followsKernel) {
   QueuedLaunch q;
   q.policy = ctx.services().policy;
   q.faults = ctx.services().faults;
@@ -193,6 +197,7 @@ void queue(CallContext& ctx, session::LaunchThread& thread, session::FunctionSta
   q.stream = &s;
   q.shape = shape;
   q.mustNotHold = ctx.tenant().mustNotBeHeld();
+  q.followsKernel = followsKernel;
   q.paramBytes = static_cast<uint32_t>(buffer.size());
   std::memcpy(q.params, buffer.begin(), buffer.size());
   thread.submit<QueuedLaunch, runQueued>(q);
@@ -211,6 +216,7 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   // not hold it at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE where it runs natively).
   if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::wholeGpu());
   const bool capturing = ctx.tenant().streams().capturing(*s);
+  const bool followsKernel = !capturing && session::followsKernel(*s);
   if (session::LaunchThread* thread = ctx.tenant().launchThread()) {
     // Handed over only while more calls wait behind it: that is when reading them overlaps the
     // driver call. The last launch of a burst (a sync likely follows) is made here, without a
@@ -218,7 +224,8 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
     // the rest of the burst.
     const bool burst = queueable(ctx, attributes, buffer.size(), capturing) && ctx.moreCallsWaiting();
     if (burst && !thread->asleep()) {
-      queue(ctx, *thread, *f, *s, shapeOf(args), buffer);
+      session::noteKernel(*s);  // its error, if any, reaches the tenant later: taken as made
+      queue(ctx, *thread, *f, *s, shapeOf(args), buffer, followsKernel);
       return ctx.finish(CUDA_SUCCESS);
     }
     if (burst) thread->wake();
@@ -226,18 +233,20 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   }
   scheduler::KernelLaunch k = kernelLaunch(ctx.tenant(), *f, *s, shapeOf(args),
                                            std::span<const uint8_t>(buffer.begin(), buffer.size()),
-                                           ctx.tenant().mustNotBeHeld());
+                                           ctx.tenant().mustNotBeHeld(), followsKernel);
   // The driver copies parameter values at launch; pointers into the message are enough.
   scheduler::ParameterPointers params(k);
   k.paramPointers = params.get();
   // Launches with attributes go through the scheduler like any other (gate, priorities,
   // accounting), as the original kernel: a variant would not keep cooperative or cluster semantics.
   k.attributes = attributes.view();
-  if (!k.attributes.empty()) k.sliced = k.ptb = nullptr;
+  if (!k.attributes.empty()) k.sliced = k.ptb = k.chained = nullptr;
   // Captured, not run: the graph gets the original kernel. The scheduler's gate, variants and
   // marks (events, stream writes) would be captured too and replayed out of place; graph
   // launches go through the policy instead (graph_api.cc).
-  ctx.finish(launchScheduled(capturing ? nullptr : ctx.services().policy, k, params.get()));
+  CUresult r = launchScheduled(capturing ? nullptr : ctx.services().policy, k, params.get());
+  if (r == CUDA_SUCCESS && !capturing) session::noteKernel(*s);
+  ctx.finish(r);
 }
 
 }  // namespace

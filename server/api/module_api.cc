@@ -8,6 +8,7 @@
 
 #include "common/hash/content_hash.h"
 #include "server/gpu/cuda_check.h"
+#include "server/transform/chain.h"
 #include "server/transform/ptb.h"
 #include "server/transform/slice.h"
 
@@ -23,17 +24,19 @@ namespace {
 
 constexpr size_t kMaxImageBytes = 512u << 20;
 
-// The compiled variant module for a best-effort tenant's module with PTX (null: none, or not yet).
-// High-priority tenants always run their own code: they are never throttled, so variants would
-// only cost them.
-std::shared_ptr<const std::string> variantsFor(CallContext& ctx, const gpu::StoredModule& module,
-                                               wire::ModuleLoad::Reader args) {
+// The compiled variant module of the tenant's family for a module with PTX (no cubin: none, or
+// not yet): sliced and PTB variants for a best-effort tenant, chained ones for a high-priority
+// tenant when the policy chains its kernels (scheduler::Policy::chainsHighPriority).
+session::VariantImage variantsFor(CallContext& ctx, const gpu::StoredModule& module, wire::ModuleLoad::Reader args) {
   transform::VariantStore* store = ctx.services().variants;
-  if (store == nullptr || ctx.tenant().priority() != session::PriorityClass::kBestEffort) return nullptr;
+  const bool highPriority = ctx.tenant().priority() == session::PriorityClass::kHigh;
+  const scheduler::Policy* policy = ctx.services().policy;
+  if (store == nullptr || (highPriority && (policy == nullptr || !policy->chainsHighPriority()))) return {};
   const std::string& ptx = module.ptx(args.getKind() == wire::ImageKind::PTX);
   gpu::Gpu* g = ctx.tenant().gpu(args.getDevice());  // the tenant's numbering (CUDA_VISIBLE_DEVICES)
-  if (ptx.empty() || g == nullptr) return nullptr;
-  return store->variantsFor(ptx, g->arch());
+  if (ptx.empty() || g == nullptr) return {};
+  const auto family = highPriority ? transform::VariantFamily::kHighPriority : transform::VariantFamily::kBestEffort;
+  return {store->variantsFor(ptx, g->arch(), family), transform::familyName(family)};
 }
 
 void loadModule(CallContext& ctx, wire::ModuleLoad::Reader args) {
@@ -62,9 +65,8 @@ void loadModule(CallContext& ctx, wire::ModuleLoad::Reader args) {
       return ctx.finish(CUDA_SUCCESS, [](wire::Reply::Builder reply) { reply.initModuleLoad().setNeedImage(true); });
     }
   }
-  std::shared_ptr<const std::string> variants = variantsFor(ctx, *stored, args);
-  CUresult r =
-      ctx.tenant().loadModule(args.getDevice(), args.getModule(), hash::toHex(hash), stored->image, variants.get());
+  const session::VariantImage variants = variantsFor(ctx, *stored, args);
+  CUresult r = ctx.tenant().loadModule(args.getDevice(), args.getModule(), hash::toHex(hash), stored->image, &variants);
   if (r != CUDA_SUCCESS) {
     spdlog::warn("tenant {} ({}): cannot load module {}: CUresult {}", ctx.tenant().id(), ctx.tenant().name(),
                  hash::toHex(hash), static_cast<int>(r));
@@ -102,6 +104,9 @@ void getFunction(CallContext& ctx, wire::ModuleGetFunction::Reader args) {
     }
     if (cuModuleGetFunction(&state.ptb, m->module, (name + transform::kPtbSuffix).c_str()) != CUDA_SUCCESS) {
       state.ptb = nullptr;
+    }
+    if (cuModuleGetFunction(&state.chained, m->module, (name + transform::kChainedSuffix).c_str()) != CUDA_SUCCESS) {
+      state.chained = nullptr;
     }
   }
   const session::FunctionState& fn = ctx.tenant().modules().addFunction(args.getFunction(), std::move(state));

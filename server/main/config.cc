@@ -1,4 +1,5 @@
 #include "server/main/config.h"
+#include "server/scheduler/priority_policy.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -254,7 +255,7 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
                                                "priority_transforms", "priority_stream_priorities",
                                                "priority_max_pause_us", "priority_sm_partition", "priority_partition_idle_ms",
                                                "priority_partition_gate", "priority_partition_control",
-                                               "priority_hp_p99_budget", "tls_cert", "tls_key", "tls_client_ca",
+                                               "priority_hp_p99_budget", "priority_hp_chain", "tls_cert", "tls_key", "tls_client_ca",
                                                "allow_plain_tcp", "metrics_listen", "handshake_timeout_ms",
                                                "max_connections", "bulk_lanes", "allow_anonymous_high_priority",
                                                "kernel_timeout_s", "fault_quarantine_after", "fault_quarantine_window_s",
@@ -310,6 +311,14 @@ bool loadConfigFile(const std::string& path, Config& config, std::string& error)
       return false;
     }
     sched.hpP99Budget = *budget;
+  }
+  if (auto text = table["priority_hp_chain"].value<std::string>()) {
+    auto chain = scheduler::parseHpChain(*text);
+    if (!chain) {
+      error = fmt::format("{}: priority_hp_chain = \"{}\": expected \"auto\", \"always\" or \"off\"", path, *text);
+      return false;
+    }
+    sched.hpChain = *chain;
   }
   if (auto spec = table["priority_sm_partition"].value<std::string>()) {
     std::string why;

@@ -1,4 +1,5 @@
 #include "server/main/flags.h"
+#include "server/scheduler/priority_policy.h"
 
 #include <CLI/CLI.hpp>
 
@@ -29,6 +30,10 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& f) {
   app.add_flag("--no-gate", f.noGate, "priority: do not hold best-effort kernels while HP runs (the default)");
   app.add_flag("--transforms", f.transforms, "priority: run long best-effort kernels as PTB / sliced variants");
   app.add_flag("--no-transforms", f.noTransforms, "priority: never run best-effort kernels as variants (the default)");
+  app.add_option("--hp-chain", f.hpChain,
+                 "priority: run HP kernels with PTX chained (programmatic dependent launch): auto (while best-effort "
+                 "work is queued), always, off")
+      ->check(CLI::IsMember({"auto", "always", "off"}));
   app.add_flag("--no-stream-priorities", f.noStreamPriorities, "priority: leave stream priorities alone (ablation)");
   app.add_flag("--no-hp-launch-thread", f.noHpLaunchThread,
                "HP tenants' launches are made by their session thread too (ablation; hp_launch_thread)");
@@ -78,6 +83,7 @@ bool applyCommandLine(const CommandLine& f, Config& config, std::string& error) 
   if (f.transforms) sched.transforms = true;
   if (f.noTransforms) sched.transforms = false;
   if (f.noStreamPriorities) sched.streamPriorities = false;
+  if (!f.hpChain.empty()) sched.hpChain = *scheduler::parseHpChain(f.hpChain);  // checked by CLI11
   if (f.smPartition) {
     sched.smPartition = gpu::parseSmPartitionSpec(*f.smPartition, error);
     if (!error.empty()) {

@@ -17,7 +17,7 @@ struct CommandLine {
   // Overrides; empty / nullopt / false: keep the file's value.
   std::vector<std::string> listen;
   std::optional<std::string> admin, metricsListen;
-  std::string logLevel, transform, cacheDir, libraryDir, traceCalls, policy, tlsCert, tlsKey, tlsClientCa;
+  std::string logLevel, transform, cacheDir, libraryDir, traceCalls, policy, tlsCert, tlsKey, tlsClientCa, hpChain;
   std::optional<double> budgetMicros, idleWindowMicros, partitionIdleMillis;
   std::optional<std::string> hpP99Budget;
   std::optional<std::string> smPartition;

@@ -11,6 +11,7 @@
 #include "server/main/config.h"
 #include "server/main/flags.h"
 #include "server/main/restart.h"
+#include "server/scheduler/priority_policy.h"
 #include "server/session/session.h"
 #include "server/transport/listener.h"
 
@@ -246,9 +247,11 @@ int run(int argc, char** argv) {
   services.hangups = &hangups;
   if (config.scheduler.policy == "priority") {
     const auto& c = config.scheduler;
-    spdlog::info("scheduler: priority (gate {}, transforms {}, stream priorities {}, budget {} µs, idle window {} µs)",
-                 c.gate ? "on" : "off", c.transforms ? "on" : "off", c.streamPriorities ? "on" : "off", c.budgetMicros,
-                 c.idleWindowMicros);
+    spdlog::info(
+        "scheduler: priority (gate {}, transforms {}, stream priorities {}, HP chaining {}, budget {} µs, idle window "
+        "{} µs)",
+        c.gate ? "on" : "off", c.transforms ? "on" : "off", c.streamPriorities ? "on" : "off",
+        scheduler::hpChainName(c.hpChain), c.budgetMicros, c.idleWindowMicros);
   }
   std::optional<transform::VariantStore> variants;
   if (config.transform != "off" && !gpus.empty()) {
@@ -258,7 +261,9 @@ int run(int argc, char** argv) {
                      config.transform == "stress" ? transform::VariantStore::Mode::kWait
                                                   : transform::VariantStore::Mode::kLazy);
     apiServices.variants = &*variants;
-    spdlog::info("kernel transforms {} for best-effort tenants, compiled variants in {}{}", config.transform,
+    spdlog::info("kernel transforms {} (best-effort variants; chained HP kernels under the priority policy), compiled "
+                 "variants in {}{}",
+                 config.transform,
                  config.cacheDir,
                  config.scheduler.stress ? fmt::format(" (STRESS MODE, seed {})", config.scheduler.stressSeed) : "");
   }

@@ -15,6 +15,8 @@
 namespace tally::server::scheduler {
 
 using Nanos = int64_t;  // a steady clock's time
+// A time before any other: "never", with room to subtract from it.
+inline constexpr Nanos kLongAgo = std::numeric_limits<Nanos>::min() / 2;
 
 // When best-effort (BE) work may run: the gate closes the moment high-priority (HP) work is
 // submitted and opens once HP has been idle for `idleWindow`.
@@ -50,7 +52,6 @@ class PartitionSplit {
   bool split(Nanos now) const;
 
  private:
-  static constexpr Nanos kLongAgo = std::numeric_limits<Nanos>::min() / 2;
   Nanos idleWindow_;
   std::atomic<Nanos> lastHp_{kLongAgo};
   std::atomic<Nanos> lastBe_{kLongAgo};

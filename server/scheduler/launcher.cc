@@ -12,6 +12,22 @@
 namespace tally::server::scheduler {
 namespace {
 
+CUresult launchWithAttributes(const KernelLaunch& k, CUfunction f, std::span<const CUlaunchAttribute> attributes,
+                              void** params) {
+  CUlaunchConfig config{};
+  config.gridDimX = k.shape.grid[0];
+  config.gridDimY = k.shape.grid[1];
+  config.gridDimZ = k.shape.grid[2];
+  config.blockDimX = k.shape.block[0];
+  config.blockDimY = k.shape.block[1];
+  config.blockDimZ = k.shape.block[2];
+  config.sharedMemBytes = k.shape.sharedMem;
+  config.hStream = k.stream;
+  config.attrs = const_cast<CUlaunchAttribute*>(attributes.data());
+  config.numAttrs = static_cast<unsigned>(attributes.size());
+  return cuLaunchKernelEx(&config, f, params, nullptr);
+}
+
 class DriverLauncher final : public Launcher {
  public:
   void makeCurrent(gpu::Gpu* g) override { g->makeCurrent(); }
@@ -52,18 +68,13 @@ class DriverLauncher final : public Launcher {
       return cuLaunchKernel(k.original, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2], k.shape.block[0],
                             k.shape.block[1], k.shape.block[2], k.shape.sharedMem, k.stream, params, nullptr);
     }
-    CUlaunchConfig config{};
-    config.gridDimX = k.shape.grid[0];
-    config.gridDimY = k.shape.grid[1];
-    config.gridDimZ = k.shape.grid[2];
-    config.blockDimX = k.shape.block[0];
-    config.blockDimY = k.shape.block[1];
-    config.blockDimZ = k.shape.block[2];
-    config.sharedMemBytes = k.shape.sharedMem;
-    config.hStream = k.stream;
-    config.attrs = const_cast<CUlaunchAttribute*>(k.attributes.data());
-    config.numAttrs = static_cast<unsigned>(k.attributes.size());
-    return cuLaunchKernelEx(&config, k.original, params, nullptr);
+    return launchWithAttributes(k, k.original, k.attributes, params);
+  }
+  CUresult launchChained(const KernelLaunch& k, void** params) override {
+    CUlaunchAttribute chained{};
+    chained.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    chained.value.programmaticStreamSerializationAllowed = 1;
+    return launchWithAttributes(k, k.chained, {&chained, 1}, params);
   }
   CUresult launchSliceRange(CUfunction sliced, const gpu::LaunchShape& shape, CUstream stream, gpu::KernelParams params,
                             uint64_t offset, uint32_t count) override {

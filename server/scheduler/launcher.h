@@ -58,6 +58,9 @@ class Launcher {
   // ---- stream work
   // k.original as it is, with its attributes if it has any.
   virtual CUresult launchOriginal(const KernelLaunch& k, void** params) = 0;
+  // k.chained with programmatic stream serialization: it may start while the stream's previous
+  // kernel still runs, and waits for it in the kernel (transform/chain.h). k has no attributes.
+  virtual CUresult launchChained(const KernelLaunch& k, void** params) = 0;
   // Variants (gpu/variant_launch.h has what each does).
   virtual CUresult launchSliceRange(CUfunction sliced, const gpu::LaunchShape& shape, CUstream stream,
                                     gpu::KernelParams params, uint64_t offset, uint32_t count) = 0;

@@ -23,6 +23,7 @@ class PassthroughPolicy final : public Policy {
   void tenantEnding(uint64_t) override {}
   void tenantReleased(uint64_t) override {}
   std::string summary() const override { return "passthrough"; }
+  bool chainsHighPriority() const override { return false; }
 
  private:
   Launcher& launcher_;

@@ -49,6 +49,15 @@ struct SchedulerConfig {
   // ... or whose HP p99 stays within this bound (set, it turns the control on).
   HpP99Budget hpP99Budget;
   std::string profilesPath;            // learned kernel durations; empty: not kept
+  // Chain a high-priority tenant's kernels (transform/chain.h: programmatic dependent launch):
+  // the next kernel's blocks are queued while the previous kernel's last wave runs, so the SMs it
+  // frees go to them and not to pending best-effort blocks. Needs the kernels' PTX at sm_90+.
+  enum class HpChain {
+    kOff,
+    kWhileBestEffort,  // while best-effort work was queued on the GPU lately (alone, chaining costs HP ~2 %)
+    kAlways,           // every launch that can be (a test aid, and for measuring)
+  };
+  HpChain hpChain = HpChain::kWhileBestEffort;
   // Test aid (transform = "stress"): every launch of a kernel with variants runs as a random
   // variant, PTB ones preempted at random points (stress_policy.h); the application must not notice.
   bool stress = false;
@@ -69,6 +78,10 @@ struct KernelLaunch {
   CUfunction original = nullptr;
   CUfunction sliced = nullptr;  // null when the module has no variants
   CUfunction ptb = nullptr;
+  CUfunction chained = nullptr;  // a high-priority tenant's variant (transform/chain.h), or null
+  // The stream's previous work is a kernel this tenant launched: only then may a chained launch
+  // overlap it (programmatic dependent launch is defined between two kernels of a stream).
+  bool followsKernel = false;
   const std::string* profileKey = nullptr;  // "<module hash>/<kernel name>"
   gpu::LaunchShape shape;
   std::span<const uint8_t> paramBuffer;                          // the kernel's parameter bytes
@@ -158,6 +171,9 @@ class Policy {
   virtual void tenantReleased(uint64_t tenant) = 0;
   // One line of counters for logs and tallyctl.
   virtual std::string summary() const = 0;
+  // Whether high-priority tenants' kernels may run chained: they then load their modules'
+  // chained variants (KernelLaunch::chained).
+  virtual bool chainsHighPriority() const = 0;
 };
 
 // The policy `config.policy` names for these GPUs (wrapped in the stress policy when

@@ -321,10 +321,52 @@ void PriorityPolicy::endOfBurst(uint64_t tenant) {
   writeMarks(marks);
 }
 
+std::optional<SchedulerConfig::HpChain> parseHpChain(std::string_view text) {
+  using HpChain = SchedulerConfig::HpChain;
+  for (HpChain c : {HpChain::kOff, HpChain::kWhileBestEffort, HpChain::kAlways}) {
+    if (text == hpChainName(c)) return c;
+  }
+  return std::nullopt;
+}
+
+const char* hpChainName(SchedulerConfig::HpChain chain) {
+  switch (chain) {
+    case SchedulerConfig::HpChain::kOff: return "off";
+    case SchedulerConfig::HpChain::kWhileBestEffort: return "auto";
+    case SchedulerConfig::HpChain::kAlways: return "always";
+  }
+  return "?";
+}
+
+// How long after BE work was last queued on a GPU HP kernels there still run chained: longer
+// than a training step's gaps between launches, short next to a BE job's pauses.
+constexpr Nanos kChainWindow = 200'000'000;
+
+bool PriorityPolicy::chains(const KernelLaunch& k) {
+  if (k.chained == nullptr || !k.followsKernel) return false;
+  switch (config_.hpChain) {
+    case SchedulerConfig::HpChain::kOff: return false;
+    case SchedulerConfig::HpChain::kAlways: return true;
+    case SchedulerConfig::HpChain::kWhileBestEffort: break;
+  }
+  const GpuState* s = stateFor(*k.gpu);
+  return s != nullptr && clock_.now() - s->beQueuedAt.load(std::memory_order_relaxed) < kChainWindow;
+}
+
+CUresult PriorityPolicy::launchHpKernel(const KernelLaunch& k, void** params) {
+  if (!chains(k)) return launcher_.launchOriginal(k, params);
+  hpChained_.fetch_add(1, std::memory_order_relaxed);
+  return launcher_.launchChained(k, params);
+}
+
+void PriorityPolicy::noteBestEffortWork(gpu::Gpu& g) {
+  if (GpuState* s = stateFor(g)) s->beQueuedAt.store(clock_.now(), std::memory_order_relaxed);
+}
+
 CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
   if (!tracksHpActivity()) {  // nothing waits for HP to go idle: no lock, no mark on HP's path
     ParameterPointers params(k);
-    return launcher_.launchOriginal(k, params.get());
+    return launchHpKernel(k, params.get());
   }
   GpuState* s = nullptr;
   {
@@ -333,7 +375,7 @@ CUresult PriorityPolicy::launchHighPriority(const KernelLaunch& k) {
     if (s != nullptr && s->activity.submitted(clock_.now())) closeGate(*s);
   }
   ParameterPointers params(k);
-  CUresult r = launcher_.launchOriginal(k, params.get());
+  CUresult r = launchHpKernel(k, params.get());
   if (r == CUDA_SUCCESS && s != nullptr) markHpWork(*s, {k.tenant, k.streamId}, k.stream);
   return r;
 }
@@ -475,6 +517,7 @@ void PriorityPolicy::finishTiming(GpuState& s, Measurement m, CUstream stream, s
 }
 
 CUresult PriorityPolicy::launchBestEffort(const KernelLaunch& k) {
+  noteBestEffortWork(*k.gpu);
   ParameterPointers params(k);
   if (beWorkIsolated(*k.gpu)) {
     beIsolated_.fetch_add(1, std::memory_order_relaxed);
@@ -562,6 +605,7 @@ CUresult PriorityPolicy::launch(const KernelLaunch& k) {
 CUresult PriorityPolicy::runOpaque(const OpaqueWork& w) {
   CUstream used = nullptr;
   if (w.highPriority && !tracksHpActivity()) return w.enqueue(used);
+  if (!w.highPriority) noteBestEffortWork(*w.gpu);
   KernelLaunch k{};  // what the lane and the wait read of a launch
   k.tenant = w.tenant;
   k.mustNotHold = w.mustNotHold;
@@ -741,7 +785,7 @@ std::string PriorityPolicy::summary() const {
          std::to_string(bePtb_) + " PTB launches, " + std::to_string(beIsolated_.load()) + " in the BE partition, " +
          std::to_string(gateCloses_) + " gate closes, " + std::to_string(measured_) + " timed, " +
          std::to_string(variantsRefused_) + " variants that did not pay, " + std::to_string(profiles_.size()) +
-         " durations learned";
+         " durations learned, " + std::to_string(hpChained_.load()) + " HP launches chained";
 }
 
 }  // namespace tally::server::scheduler

@@ -9,6 +9,9 @@
 //      submitted; on their stream a pause kernel waits (bounded) for the flag to drop and the
 //      next run resumes from the progress counter; shorter ones run as slices, one gate per slice.
 //      Configured from their measured duration to fit the turnaround budget.
+// Beside them, HP kernels with PTX run chained (transform/chain.h) while BE work is about: each
+// kernel's blocks are queued before its predecessor ends, so the SMs that predecessor frees go
+// to HP and not to BE blocks that, once started, cannot be stopped.
 // Two rules keep it deadlock-free (docs/scheduler.md): no GPU-side wait depends on a host
 // decision that needs HP progress (an HP stream may share a hardware queue with the waiting BE
 // stream), and no wait of a tenant's thread depends on GPU work that may need a later call of
@@ -22,6 +25,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "server/scheduler/decisions.h"
@@ -50,6 +55,10 @@ class MappedWords {
   std::vector<bool> used_;
 };
 
+// "off", "auto" (kWhileBestEffort) or "always": the values of priority_hp_chain / --hp-chain.
+std::optional<SchedulerConfig::HpChain> parseHpChain(std::string_view text);
+const char* hpChainName(SchedulerConfig::HpChain chain);
+
 class PriorityPolicy final : public Policy {
  public:
   // Sets up every GPU (mapped words, PTB progress counters, SM partitions); on failure `error`
@@ -71,6 +80,7 @@ class PriorityPolicy final : public Policy {
   void tenantEnding(uint64_t tenant) override;
   void tenantReleased(uint64_t tenant) override;
   std::string summary() const override;
+  bool chainsHighPriority() const override { return config_.hpChain != SchedulerConfig::HpChain::kOff; }
 
   // One look of the monitor at every GPU: HP completion words (the gate opens after the idle
   // window) and finished timings.
@@ -112,6 +122,7 @@ class PriorityPolicy final : public Policy {
     // controller.level() when it runs, else the strongest level. Readable without the lock.
     std::atomic<uint8_t> level{0};
     std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
+    std::atomic<Nanos> beQueuedAt{kLongAgo};  // when BE work was last queued here
     struct HpSlot {
       int word = -1;
       uint32_t issued = 0;        // the word reaches this once the GPU is past the last HP work
@@ -143,6 +154,10 @@ class PriorityPolicy final : public Policy {
   void closeGate(GpuState& s);
   void openGate(GpuState& s);
   CUresult launchHighPriority(const KernelLaunch& k);
+  // As chained or as the original (config_.hpChain).
+  CUresult launchHpKernel(const KernelLaunch& k, void** params);
+  bool chains(const KernelLaunch& k);
+  void noteBestEffortWork(gpu::Gpu& g);
   CUresult launchBestEffort(const KernelLaunch& k);
   // Waits until this BE tenant may queue a kernel: few of its kernels on the GPU, and the gate
   // open unless the kernel runs beside HP work.
@@ -188,6 +203,7 @@ class PriorityPolicy final : public Policy {
   // Counters for summary().
   uint64_t gateCloses_ = 0, beOriginal_ = 0, beSliced_ = 0, bePtb_ = 0, measured_ = 0;
   uint64_t variantsRefused_ = 0;  // times a variant was found not to pay
+  std::atomic<uint64_t> hpChained_{0};  // HP launches made chained
   std::atomic<uint64_t> beIsolated_{0};  // BE launches and opaque work run in the BE partition
   std::thread monitor_;  // last: started once everything above is ready
 };

@@ -35,6 +35,7 @@ class StressPolicy final : public Policy {
   void tenantEnding(uint64_t tenant) override { inner_->tenantEnding(tenant); }
   void tenantReleased(uint64_t tenant) override { inner_->tenantReleased(tenant); }
   std::string summary() const override { return "stress over " + inner_->summary(); }
+  bool chainsHighPriority() const override { return inner_->chainsHighPriority(); }
 
  private:
   CUresult stressLaunch(const KernelLaunch& k, gpu::KernelParams params);

@@ -3,6 +3,7 @@
 #include "common/fatbin/module_data.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/gpu.h"
+#include "server/transform/chain.h"
 #include "server/transform/ptb.h"
 #include "server/transform/slice.h"
 
@@ -28,27 +29,28 @@ std::optional<ModuleState> ModuleTable::take(uint64_t id) {
 }
 
 CUresult ModuleTable::load(gpu::Gpu& g, uint64_t id, const std::string& identity, const std::string& image,
-                           const std::string* variants) {
+                           const VariantImage* variants) {
   if (CUresult r = admit(id); r != CUDA_SUCCESS) return r;
   g.makeCurrent();
-  if (variants != nullptr) {
-    CUresult r = loadInstance(g, id, identity, *variants, true);
+  if (variants != nullptr && variants->cubin) {
+    CUresult r = loadInstance(g, id, identity, *variants->cubin, variants->family);
     if (r == CUDA_SUCCESS) return r;
-    spdlog::warn("{}: cannot load the kernel variants ({}); running the original kernels", tenant_, gpu::describe(r));
+    spdlog::warn("{}: cannot load the {} kernel variants ({}); running the original kernels", tenant_,
+                 variants->family, gpu::describe(r));
   }
-  return loadInstance(g, id, identity, image, false);
+  return loadInstance(g, id, identity, image, {});
 }
 
 // A pooled instance of the image if there is one, else a fresh load (gpu/module_pool.h).
 CUresult ModuleTable::loadInstance(gpu::Gpu& g, uint64_t id, const std::string& identity, const std::string& image,
-                                   bool variants) {
-  std::string key = identity + (variants ? "/variants" : "");
+                                   std::string_view family) {
+  std::string key = family.empty() ? identity : identity + "/" + std::string(family);
   CUmodule m = g.modulePool().take(key);
   if (m == nullptr) {
     if (CUresult r = cuModuleLoadData(&m, image.data()); r != CUDA_SUCCESS) return r;
     if (fatbin::declaresModuleData({reinterpret_cast<const uint8_t*>(image.data()), image.size()})) key.clear();
   }
-  insert(id, ModuleState{&g, m, variants, identity, std::move(key), {}});
+  insert(id, ModuleState{&g, m, !family.empty(), identity, std::move(key), {}});
   return CUDA_SUCCESS;
 }
 
@@ -108,7 +110,8 @@ CUresult dropModuleInstance(ModuleState& m) {
 namespace {
 
 bool isVariantName(const std::string& name) {
-  return name.ends_with(transform::kSlicedSuffix) || name.ends_with(transform::kPtbSuffix);
+  return name.ends_with(transform::kSlicedSuffix) || name.ends_with(transform::kPtbSuffix) ||
+         name.ends_with(transform::kChainedSuffix);
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -29,8 +31,16 @@ struct FunctionState {
   // Variants, when the module was loaded with them (server/transform); null otherwise.
   CUfunction sliced = nullptr;
   CUfunction ptb = nullptr;
+  CUfunction chained = nullptr;
   std::string profileKey;  // "<module hash>/<kernel name>": what the scheduler learns durations by
   uint64_t module = 0;     // the client's handle of the module it came from
+};
+
+// A compiled variant module (server/transform/variant_module.h) to load instead of the client's
+// image, and the name of its family: instances of different families never share a pool slot.
+struct VariantImage {
+  std::shared_ptr<const std::string> cubin;
+  std::string family;
 };
 
 struct ModuleState {
@@ -55,9 +65,9 @@ class ModuleTable {
   ModuleTable(uint64_t maxModules, std::string tenant) : limit_("modules", maxModules, tenant), tenant_(tenant) {}
 
   // Loads `variants` (the compiled variant module of the image's PTX) when given and loadable,
-  // else `image`; a pooled instance of the same image when the GPU's pool has one.
+  // else `image`; a pooled instance of the same image and family when the GPU's pool has one.
   CUresult load(gpu::Gpu& g, uint64_t id, const std::string& identity, const std::string& image,
-                const std::string* variants = nullptr);
+                const VariantImage* variants = nullptr);
   // Whether a module may be added under `id`: CUDA_ERROR_INVALID_HANDLE if the handle is taken,
   // CUDA_ERROR_OUT_OF_MEMORY past max_modules (what a driver out of resources answers).
   CUresult admit(uint64_t id);
@@ -84,8 +94,9 @@ class ModuleTable {
   void dropAll();
 
  private:
+  // `family` empty: the client's own image.
   CUresult loadInstance(gpu::Gpu& g, uint64_t id, const std::string& identity, const std::string& image,
-                        bool variants);
+                        std::string_view family);
 
   CountLimit limit_;
   std::string tenant_;

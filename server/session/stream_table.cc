@@ -106,6 +106,7 @@ void StreamTable::joinStreams(StreamState& waiter, StreamState& waited) {
   if (launches_ != nullptr) launches_->drain();
   cuEventRecord(waited.joinEvent, waited.stream);
   cuStreamWaitEvent(waiter.stream, waited.joinEvent, 0);
+  ++waiter.workQueued;
 }
 
 void StreamTable::orderBefore(StreamState& s) {
@@ -151,6 +152,7 @@ void StreamTable::place(StreamState& s, gpu::Placement p) {
   }
   s.stream = target;
   s.placement = p;
+  ++s.workQueued;
 }
 
 std::vector<CUstream*> StreamTable::driverStreamsOf(StreamState& s) {

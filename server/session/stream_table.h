@@ -56,7 +56,24 @@ struct StreamState {
   // progress counter + retreat flag shared by this stream's PTB launches.
   CUstream variantSide = nullptr;
   CUdeviceptr ptbControl = 0;
+  // What was queued last, for chained launches (scheduler::KernelLaunch::followsKernel): every
+  // call that queues work, and every wait tallyd adds, counts one; a kernel launch notes the count
+  // and the driver stream it went to.
+  uint64_t workQueued = 0;
+  uint64_t kernelAt = 0;
+  CUstream kernelOn = nullptr;
 };
+
+// Whether the stream's work before the call being made (streamForWork counted it) is a kernel
+// the tenant launched, on the driver stream the stream uses now.
+inline bool followsKernel(const StreamState& s) {
+  return s.kernelOn == s.stream && s.kernelOn != nullptr && s.kernelAt + 1 == s.workQueued;
+}
+// The call being made queued a kernel on the stream.
+inline void noteKernel(StreamState& s) {
+  s.kernelAt = s.workQueued;
+  s.kernelOn = s.stream;
+}
 
 struct EventState {
   gpu::Gpu* gpu = nullptr;

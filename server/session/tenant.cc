@@ -169,7 +169,7 @@ void Tenant::destroyArraysAndObjects() {
 // --- modules ---------------------------------------------------------------------------
 
 CUresult Tenant::loadModule(uint32_t device, uint64_t id, const std::string& identity, const std::string& image,
-                            const std::string* variants) {
+                            const VariantImage* variants) {
   gpu::Gpu* g = gpu(device);
   if (g == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   return modules_.load(*g, id, identity, image, variants);

@@ -134,7 +134,7 @@ class Tenant {
   // --- modules -------------------------------------------------------------------------
   // modules().load on the tenant's device `device`.
   CUresult loadModule(uint32_t device, uint64_t id, const std::string& identity, const std::string& image,
-                      const std::string* variants = nullptr);
+                      const VariantImage* variants = nullptr);
   // The module goes with its functions and its globals: neither may name the instance once it
   // is back in the pool (another tenant's next) or unloaded.
   CUresult unloadModule(uint64_t id);

@@ -115,19 +115,6 @@ std::map<std::string, const Function*> functionsByName(const Module& module) {
   return out;
 }
 
-// The sm number of the module's `.target sm_XX` (0 if none is found).
-unsigned targetArch(const Module& module) {
-  for (const Item& item : module.items) {
-    if (item.kind != ItemKind::kLineDirective || item.tokens.size() < 2 || item.tokens[0].text != ".target") continue;
-    const std::string& t = item.tokens[1].text;
-    if (!startsWith(t, "sm_")) return 0;
-    unsigned arch = 0;
-    for (size_t i = 3; i < t.size() && i < 7 && t[i] >= '0' && t[i] <= '9'; ++i) arch = arch * 10 + (t[i] - '0');
-    return arch;
-  }
-  return 0;
-}
-
 // The barrier-aware rewrite of PTB uses the non-aligned barrier.sync / barrier.red (sm_70+).
 constexpr unsigned kPtbMinArch = 70;
 
@@ -168,6 +155,18 @@ Eligibility analyze(const std::map<std::string, const Function*>& functions, uns
 }
 
 }  // namespace
+
+unsigned targetArch(const Module& module) {
+  for (const Item& item : module.items) {
+    if (item.kind != ItemKind::kLineDirective || item.tokens.size() < 2 || item.tokens[0].text != ".target") continue;
+    const std::string& t = item.tokens[1].text;
+    if (!startsWith(t, "sm_")) return 0;
+    unsigned arch = 0;
+    for (size_t i = 3; i < t.size() && i < 7 && t[i] >= '0' && t[i] <= '9'; ++i) arch = arch * 10 + (t[i] - '0');
+    return arch;
+  }
+  return 0;
+}
 
 Eligibility analyzeKernel(const Module& module, const Function& kernel) {
   return analyze(functionsByName(module), targetArch(module), kernel);

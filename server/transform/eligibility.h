@@ -24,4 +24,7 @@ std::vector<Eligibility> analyzeModule(const Module& module);
 // The same for one kernel of `module` (which must be one of its functions).
 Eligibility analyzeKernel(const Module& module, const Function& kernel);
 
+// The sm number of the module's `.target sm_XX` (0 if none is found).
+unsigned targetArch(const Module& module);
+
 }  // namespace tally::server::transform

@@ -1,7 +1,9 @@
-// The module tallyd compiles for a client module with PTX: the original kernels plus, for each
-// eligible kernel, its sliced and (where the barrier-aware rewrite allows) PTB variant.
-// Loading it instead of the client's own image keeps one set of __device__ globals shared by the
-// original and the variants, so the variants see and change exactly what the original would.
+// The module tallyd compiles for a client module with PTX: the original kernels plus variants,
+// of one family per tenant class. Best-effort tenants get each eligible kernel's sliced and
+// (where the barrier-aware rewrite allows) PTB variant; high-priority tenants its chained
+// variant (chain.h). Loading it instead of the client's own image keeps one set of __device__
+// globals shared by the original and the variants, so the variants see and change exactly what
+// the original would.
 #pragma once
 
 #include <cstdint>
@@ -13,20 +15,26 @@ namespace tally::server::transform {
 
 // Bumped whenever the output of any transform changes: it is part of every cache key, so a new
 // tallyd never loads variants an older transformer made.
-inline constexpr uint32_t kTransformerVersion = 2;
+inline constexpr uint32_t kTransformerVersion = 3;
 
-// The variant name tallyd's cache files record ("sliced+ptb").
-inline constexpr const char* kVariantModuleName = "sliced+ptb";
+enum class VariantFamily {
+  kBestEffort,    // sliced + PTB: best-effort kernels that can be stopped at a block boundary
+  kHighPriority,  // chained: high-priority kernels whose blocks are queued ahead
+};
+
+// The variant name tallyd's cache files record for a family ("sliced+ptb", "chained").
+const char* familyName(VariantFamily family);
 
 struct VariantModule {
   bool ok = false;      // false: nothing to compile (`error` says why: unparseable, no eligible kernel)
   std::string ptx;      // the printed module
   int sliced = 0;       // variants added
   int ptb = 0;
+  int chained = 0;
   std::vector<std::string> skipped;  // "kernel: reason", per variant kind
   std::string error;
 };
 
-VariantModule buildVariantModule(std::string_view ptx);
+VariantModule buildVariantModule(std::string_view ptx, VariantFamily family);
 
 }  // namespace tally::server::transform

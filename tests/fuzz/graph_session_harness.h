@@ -120,6 +120,7 @@ class RecordingPolicy final : public server::scheduler::Policy {
   void tenantEnding(uint64_t) override {}
   void tenantReleased(uint64_t) override {}
   std::string summary() const override { return "recording"; }
+  bool chainsHighPriority() const override { return false; }
 
   std::vector<bool> mustNotHold;  // per launch, in order (one tenant at a time)
 

@@ -26,7 +26,7 @@ namespace tally::server::scheduler::sim {
 
 constexpr Nanos kMicros = 1000;
 
-enum class LaunchKind { kOriginal, kSliceRange, kSliced, kPtb, kPtbPreempted, kPtbResumable };
+enum class LaunchKind { kOriginal, kChained, kSliceRange, kSliced, kPtb, kPtbPreempted, kPtbResumable };
 
 struct FakeLaunch {
   LaunchKind kind = LaunchKind::kOriginal;
@@ -149,6 +149,9 @@ class FakeLauncher final : public Launcher, public Clock {
     FakeLaunch l = queue(LaunchKind::kOriginal, k.stream, k.original, k.shape.blocks(), duration(k.original));
     l.attributes = k.attributes.size();
     return record(l);
+  }
+  CUresult launchChained(const KernelLaunch& k, void**) override {
+    return record(queue(LaunchKind::kChained, k.stream, k.chained, k.shape.blocks(), duration(k.chained)));
   }
   CUresult launchSliceRange(CUfunction sliced, const gpu::LaunchShape& shape, CUstream stream, gpu::KernelParams,
                             uint64_t, uint32_t count) override {

@@ -30,6 +30,7 @@ struct Kernel {
   std::string profileKey;
   uint32_t grid = 1000;
   uint32_t block = 128;
+  CUfunction chained = nullptr;  // an HP module's variant
   std::string shapeKey() const { return profileKey + "/" + std::to_string(grid) + "x1x1/" + std::to_string(block) + "x1x1/0"; }
 };
 
@@ -38,6 +39,7 @@ struct Tenant {
   bool highPriority = false;
   CUstream stream = nullptr;
   bool mustNotHold = false;
+  bool followsKernel = true;  // what the API layer saw last on the stream
   std::atomic<uint64_t> sliced{0}, ptb{0}, preemptions{0};
   metrics::LatencyHistogram held;
 };
@@ -55,6 +57,8 @@ KernelLaunch launchOf(Tenant& t, gpu::Gpu* g, const Kernel& kernel) {
   k.original = kernel.original;
   k.sliced = kernel.sliced;
   k.ptb = kernel.ptb;
+  k.chained = kernel.chained;
+  k.followsKernel = t.followsKernel;
   k.profileKey = &kernel.profileKey;
   k.shape.grid[0] = kernel.grid;
   k.shape.block[0] = kernel.block;
@@ -542,6 +546,101 @@ TEST_F(PriorityPolicyTest, OpaqueWorkIsGatedLikeAKernel) {
   ASSERT_EQ(policy->runOpaque(beWork), CUDA_SUCCESS);
   EXPECT_GE(issued, 100 * kMicros);  // the HP work's idle window
   EXPECT_EQ(be.held.count(), 1u);
+}
+
+// ---- chained HP kernels -------------------------------------------------------------------------
+
+class ChainingTest : public PriorityPolicyTest {
+ protected:
+  ChainingTest() {
+    config = SchedulerConfig{};  // the shipped defaults: chaining while best-effort work is about
+    config.policy = "priority";
+  }
+  Kernel hpKernel() {
+    Kernel k{function(1), nullptr, nullptr, "hp/k"};
+    k.chained = function(4);
+    return k;
+  }
+  void bestEffortLaunch() {
+    if (be_ == nullptr) be_ = &tenant(2, false);
+    launch(*be_, Kernel{function(2), nullptr, nullptr, "be/k"});
+  }
+
+ private:
+  Tenant* be_ = nullptr;
+};
+
+TEST_F(ChainingTest, HpKernelsRunChainedOnlyWhileBestEffortWorkIsAbout) {
+  start();
+  EXPECT_TRUE(policy->chainsHighPriority());
+  Tenant& hp = tenant(1, true);
+  const Kernel k = hpKernel();
+  launch(hp, k);
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal) << "alone, chaining only costs HP";
+  bestEffortLaunch();
+  launch(hp, k);
+  EXPECT_EQ(last().kind, LaunchKind::kChained);
+  EXPECT_EQ(last().function, k.chained);
+  fake.sleepFor(150'000 * kMicros);
+  launch(hp, k);
+  EXPECT_EQ(last().kind, LaunchKind::kChained) << "a training job's pause between launches";
+  fake.sleepFor(300'000 * kMicros);
+  launch(hp, k);
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal) << "best-effort work has been gone for 0.3 s";
+  EXPECT_NE(policy->summary().find("2 HP launches chained"), std::string::npos) << policy->summary();
+}
+
+TEST_F(ChainingTest, OnlyALaunchThatFollowsAKernelOnItsStreamIsChained) {
+  start();
+  Tenant& hp = tenant(1, true);
+  bestEffortLaunch();
+  hp.followsKernel = false;  // a copy, an event wait or a library call came before it
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+  Kernel plain{function(1), nullptr, nullptr, "hp/k"};  // no PTX for sm_90: no variant
+  hp.followsKernel = true;
+  launch(hp, plain);
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+}
+
+TEST_F(ChainingTest, BestEffortLibraryWorkCountsAsBestEffortWork) {
+  start();
+  Tenant& hp = tenant(1, true);
+  Tenant& be = tenant(2, false);
+  OpaqueWork gemm{be.id, false, false, g, [&](CUstream& used) {
+                    used = be.stream;
+                    return CUDA_SUCCESS;
+                  }};
+  ASSERT_EQ(policy->runOpaque(gemm), CUDA_SUCCESS);
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kChained);
+}
+
+TEST_F(ChainingTest, OffNeverChainsAndAlwaysChainsEvenAlone) {
+  config.hpChain = SchedulerConfig::HpChain::kOff;
+  start();
+  EXPECT_FALSE(policy->chainsHighPriority()) << "HP tenants then load no chained variants";
+  Tenant& hp = tenant(1, true);
+  bestEffortLaunch();
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
+
+  policy.reset();
+  config.hpChain = SchedulerConfig::HpChain::kAlways;
+  start();
+  Tenant& alone = tenant(3, true);
+  launch(alone, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kChained);
+}
+
+TEST(HpChainNames, ParseWhatTheyPrint) {
+  using HpChain = SchedulerConfig::HpChain;
+  for (HpChain c : {HpChain::kOff, HpChain::kWhileBestEffort, HpChain::kAlways}) {
+    EXPECT_EQ(parseHpChain(hpChainName(c)), c);
+  }
+  EXPECT_EQ(parseHpChain("auto"), HpChain::kWhileBestEffort);
+  EXPECT_FALSE(parseHpChain("on"));
+  EXPECT_FALSE(parseHpChain(""));
 }
 
 // ---- SM partitions ------------------------------------------------------------------------------

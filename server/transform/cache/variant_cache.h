@@ -15,7 +15,7 @@ namespace tally::server::transform {
 // Everything a cached cubin depends on. Any field changing gives another file.
 struct VariantKey {
   hash::ContentHash ptxHash{};      // SHA-256 of the original module's PTX
-  std::string variant;              // "sliced" | "ptb"
+  std::string variant;              // the family: "sliced+ptb" | "chained" (variant_module.h)
   uint32_t transformerVersion = 0;  // bumped whenever a transform's output changes
   int driverVersion = 0;            // cuDriverGetVersion() of the host
   std::string arch;                 // "sm_90"

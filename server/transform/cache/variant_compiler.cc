@@ -21,7 +21,10 @@ void answer(const VariantCompiler::Done& done, std::optional<std::string> cubin)
 VariantCompiler::VariantCompiler(const VariantCache& cache, size_t maxQueued, CompileFn compile)
     : cache_(cache),
       maxQueued_(maxQueued == 0 ? 1 : maxQueued),
-      compile_(compile ? std::move(compile) : CompileFn(&compilePtx)),
+      compile_(compile ? std::move(compile)
+                       : CompileFn([](const VariantKey& key, std::string_view ptx, std::string& log) {
+                           return compilePtx(ptx, key.arch, log);
+                         })),
       worker_([this] { run(); }) {}
 
 VariantCompiler::~VariantCompiler() {
@@ -91,7 +94,7 @@ void VariantCompiler::run() {
     std::string log;
     std::optional<std::string> cubin;
     try {
-      cubin = compile_(req.ptx, req.key.arch, log);
+      cubin = compile_(req.key, req.ptx, log);
     } catch (const std::exception& e) {
       log = std::string("compile threw: ") + e.what();
     } catch (...) {

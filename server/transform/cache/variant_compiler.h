@@ -20,8 +20,9 @@ namespace tally::server::transform {
 class VariantCompiler {
  public:
   using Done = std::function<void(std::optional<std::string> cubin)>;
-  // (ptx, arch, log) -> cubin; compilePtx by default, replaceable for tests.
-  using CompileFn = std::function<std::optional<std::string>(std::string_view, std::string_view, std::string&)>;
+  // (key, ptx, log) -> cubin; by default compilePtx for key.arch, as it is. tallyd's transforms
+  // the PTX first into the variants key.variant names; the tests put their own here.
+  using CompileFn = std::function<std::optional<std::string>(const VariantKey&, std::string_view, std::string&)>;
 
   struct Stats {
     uint64_t hits = 0;           // answered from the cache

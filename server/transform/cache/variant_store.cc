@@ -13,19 +13,21 @@ namespace {
 // How long kWait lets a tenant's module load wait for its variants before loading the original.
 constexpr auto kWaitLimit = std::chrono::minutes(2);
 
-// The VariantCompiler's compile step for tallyd: transform, then compile.
-std::optional<std::string> transformAndCompile(std::string_view ptx, std::string_view arch, std::string& log) {
+// The VariantCompiler's compile step for tallyd: transform into the key's family, then compile.
+std::optional<std::string> transformAndCompile(const VariantKey& key, std::string_view ptx, std::string& log) {
   auto started = std::chrono::steady_clock::now();
-  VariantModule variants = buildVariantModule(ptx);
+  const VariantFamily family =
+      key.variant == familyName(VariantFamily::kHighPriority) ? VariantFamily::kHighPriority : VariantFamily::kBestEffort;
+  VariantModule variants = buildVariantModule(ptx, family);
   if (!variants.ok) {
     log = variants.error;
     return std::nullopt;
   }
-  std::optional<std::string> cubin = compilePtx(variants.ptx, arch, log);
+  std::optional<std::string> cubin = compilePtx(variants.ptx, key.arch, log);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
   if (cubin) {
-    spdlog::info("kernel variants compiled for {}: {} sliced, {} PTB, {} left alone, {} ms", arch, variants.sliced,
-                 variants.ptb, variants.skipped.size(), ms);
+    spdlog::info("kernel variants compiled for {}: {} sliced, {} PTB, {} chained, {} left alone, {} ms", key.arch,
+                 variants.sliced, variants.ptb, variants.chained, variants.skipped.size(), ms);
     for (const std::string& s : variants.skipped) spdlog::debug("  not transformed: {}", s);
   }
   return cubin;
@@ -36,8 +38,10 @@ std::optional<std::string> transformAndCompile(std::string_view ptx, std::string
 VariantStore::VariantStore(std::filesystem::path cacheDir, int driverVersion, Mode mode)
     : driverVersion_(driverVersion), mode_(mode), cache_(std::move(cacheDir)), compiler_(cache_, 64, transformAndCompile) {}
 
-std::shared_ptr<const std::string> VariantStore::variantsFor(const std::string& ptx, const std::string& arch) {
-  VariantKey key{hash::contentHash(ptx.data(), ptx.size()), kVariantModuleName, kTransformerVersion, driverVersion_, arch};
+std::shared_ptr<const std::string> VariantStore::variantsFor(const std::string& ptx, const std::string& arch,
+                                                            VariantFamily family) {
+  VariantKey key{hash::contentHash(ptx.data(), ptx.size()), familyName(family), kTransformerVersion, driverVersion_,
+                 arch};
   std::string name = key.fileName();
   std::unique_lock lock(mutex_);
   auto [it, inserted] = entries_.try_emplace(name);

@@ -1,6 +1,7 @@
 // tallyd's view of the kernel variants: asked when a tenant loads a module with PTX, it answers
-// with the compiled variant module (the original kernels plus their sliced and PTB variants,
-// server/transform/variant_module.h) once there is one. Transforming and compiling happen on
+// with the compiled variant module of the tenant's family (the original kernels plus their
+// sliced and PTB variants, or their chained ones: server/transform/variant_module.h) once there
+// is one. Transforming and compiling happen on
 // the VariantCompiler's thread, never on a tenant's; results persist in the VariantCache.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "common/hash/content_hash.h"
 #include "server/transform/cache/variant_cache.h"
 #include "server/transform/cache/variant_compiler.h"
+#include "server/transform/variant_module.h"
 
 namespace tally::server::transform {
 
@@ -33,9 +35,10 @@ class VariantStore {
 
   VariantStore(std::filesystem::path cacheDir, int driverVersion, Mode mode);
 
-  // The compiled variant module for `ptx` on `arch` ("sm_90"), or nullptr: none yet (kLazy) or
-  // none at all. Thread-safe.
-  std::shared_ptr<const std::string> variantsFor(const std::string& ptx, const std::string& arch);
+  // The compiled variant module of `family` for `ptx` on `arch` ("sm_90"), or nullptr: none yet
+  // (kLazy) or none at all. Thread-safe.
+  std::shared_ptr<const std::string> variantsFor(const std::string& ptx, const std::string& arch,
+                                                 VariantFamily family);
 
   Stats stats() const;
 

@@ -3,8 +3,9 @@
 //   tally-ptx list FILE [--arch sm_XX]
 //       one line per kernel: "<name> eligible" (every variant), "<name> eligible (sliced only:
 //       <reason>)" or "<name> ineligible <reason>"
-//   tally-ptx transform --variant sliced|ptb FILE -o OUT.ptx [--arch sm_XX]
-//       the module with every eligible kernel's <name>__tally_sliced / <name>__tally_ptb added
+//   tally-ptx transform --variant sliced|ptb|chained FILE -o OUT.ptx [--arch sm_XX]
+//       the module with every eligible kernel's <name>__tally_sliced / <name>__tally_ptb /
+//       <name>__tally_chained added
 //   tally-ptx print FILE -o OUT.ptx [--arch sm_XX]
 //       parse and print back (what the round-trip tests check)
 //
@@ -24,6 +25,7 @@
 #include "server/transform/eligibility.h"
 #include "server/transform/parser.h"
 #include "server/transform/printer.h"
+#include "server/transform/chain.h"
 #include "server/transform/ptb.h"
 #include "server/transform/ptx_source.h"
 #include "server/transform/slice.h"
@@ -46,7 +48,7 @@ struct Options {
 int usage(const std::string& why) {
   std::cerr << "tally-ptx: " << why << "\n"
             << "usage: tally-ptx list FILE [--arch sm_XX]\n"
-            << "       tally-ptx transform --variant sliced|ptb FILE -o OUT.ptx [--arch sm_XX]\n"
+            << "       tally-ptx transform --variant sliced|ptb|chained FILE -o OUT.ptx [--arch sm_XX]\n"
             << "       tally-ptx print FILE -o OUT.ptx [--arch sm_XX]\n";
   return kExitUsage;
 }
@@ -161,8 +163,9 @@ int list(const transform::Module& module) {
 }
 
 int transformModule(const Options& options, const transform::Module& module) {
-  transform::ModuleTransformResult result =
-      options.variant == "ptb" ? transform::addPtbKernels(module) : transform::addSlicedKernels(module);
+  transform::ModuleTransformResult result = options.variant == "ptb"       ? transform::addPtbKernels(module)
+                                            : options.variant == "chained" ? transform::addChainedKernels(module)
+                                                                           : transform::addSlicedKernels(module);
   if (!result.ok) return fail(result.error);
   if (!writeOutput(options.output, transform::printModule(result.module))) return fail("cannot write " + options.output);
   return 0;
@@ -177,7 +180,9 @@ int run(int argc, char** argv) {
   if (options.command != "list" && !writes) return usage("unknown command '" + options.command + "'");
   if (writes && options.output.empty()) return usage(options.command + " needs -o OUT");
   if (options.command == "transform") {
-    if (options.variant != "sliced" && options.variant != "ptb") return usage("--variant must be sliced or ptb");
+    if (options.variant != "sliced" && options.variant != "ptb" && options.variant != "chained") {
+      return usage("--variant must be sliced, ptb or chained");
+    }
   }
   transform::Module module;
   std::string error;

@@ -145,9 +145,9 @@ TEST(VariantCompiler, SecondRequestIsCacheHit) {
   fs::path dir = scratch("hit");
   VariantCache cache(dir);
   std::atomic<int> compiles{0};
-  VariantCompiler compiler(cache, 8, [&](std::string_view ptx, std::string_view arch, std::string& log) {
+  VariantCompiler compiler(cache, 8, [&](const VariantKey& key, std::string_view ptx, std::string& log) {
     ++compiles;
-    return compilePtx(ptx, arch, log);
+    return compilePtx(ptx, key.arch, log);
   });
   const std::string ptx = kSmallPtx;
   VariantKey key = keyFor(ptx);
@@ -164,9 +164,9 @@ TEST(VariantCompiler, SecondRequestIsCacheHit) {
   EXPECT_EQ(stats.compiles, 1u);
 
   // A new compiler over the same directory (tallyd restarted) hits too.
-  VariantCompiler again(cache, 8, [&](std::string_view ptx, std::string_view arch, std::string& log) {
+  VariantCompiler again(cache, 8, [&](const VariantKey& key, std::string_view ptx, std::string& log) {
     ++compiles;
-    return compilePtx(ptx, arch, log);
+    return compilePtx(ptx, key.arch, log);
   });
   EXPECT_TRUE(requestAndWait(again, key, ptx));
   EXPECT_EQ(compiles, 1);
@@ -196,7 +196,7 @@ TEST(VariantCompiler, BoundedQueueAndCleanShutdown) {
   std::atomic<int> answered{0}, gotCubin{0};
   {
     // A compile that blocks until released, so the queue fills behind it.
-    VariantCompiler compiler(cache, 2, [&](std::string_view, std::string_view, std::string&) {
+    VariantCompiler compiler(cache, 2, [&](const VariantKey&, std::string_view, std::string&) {
       ++started;
       std::unique_lock lock(m);
       cv.wait(lock, [&] { return release; });

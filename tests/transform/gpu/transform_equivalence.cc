@@ -234,7 +234,7 @@ bool compileCorpus(const std::string& path, const Device& d, CompiledModule& out
     why = "unparseable: " + parsed.error;
     return false;
   }
-  transform::VariantModule variants = transform::buildVariantModule(ptx);
+  transform::VariantModule variants = transform::buildVariantModule(ptx, transform::VariantFamily::kBestEffort);
   if (!variants.ok) {
     why = variants.error;
     return false;

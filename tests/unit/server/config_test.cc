@@ -267,6 +267,11 @@ TEST_F(ConfigFile, SmPartitions) {
     EXPECT_FALSE(load(std::string("priority_hp_p99_budget = ") + bad + "\n")) << bad;
     EXPECT_NE(error_.find("priority_hp_p99_budget"), std::string::npos) << error_;
   }
+  EXPECT_EQ(config_.scheduler.hpChain, scheduler::SchedulerConfig::HpChain::kWhileBestEffort);  // the default
+  ASSERT_TRUE(load("priority_hp_chain = \"off\"\n")) << error_;
+  EXPECT_EQ(config_.scheduler.hpChain, scheduler::SchedulerConfig::HpChain::kOff);
+  EXPECT_FALSE(load("priority_hp_chain = \"on\"\n"));
+  EXPECT_NE(error_.find("priority_hp_chain"), std::string::npos) << error_;
   ASSERT_TRUE(load("priority_sm_partition = \"off\"\n")) << error_;
   EXPECT_FALSE(config_.scheduler.smPartition);
   for (const char* bad : {"\"40:wide\"", "\"0\"", "\"x\"", "\"-8\"", "\"0%\"", "\"100%\"", "\"%\"", "\"30%%\"",
@@ -300,8 +305,9 @@ TEST(CommandLine, SchedulerFlagsOverrideTheFile) {
   ASSERT_TRUE(config.scheduler.smPartition);
   EXPECT_EQ(config.scheduler.smPartition->levels(), 2u);
   EXPECT_EQ(config.scheduler.hpP99Budget.micros, 800);
-  ASSERT_TRUE(apply({"--no-gate", "--hp-p99-budget", "off"}, config, error)) << error;
+  ASSERT_TRUE(apply({"--no-gate", "--hp-p99-budget", "off", "--hp-chain", "always"}, config, error)) << error;
   EXPECT_FALSE(config.scheduler.gate);
+  EXPECT_EQ(config.scheduler.hpChain, scheduler::SchedulerConfig::HpChain::kAlways);
   EXPECT_FALSE(config.scheduler.hpP99Budget.set());
   EXPECT_FALSE(apply({"--hp-p99-budget", "fast"}, config, error));
   EXPECT_NE(error.find("--hp-p99-budget"), std::string::npos) << error;

@@ -1,0 +1,68 @@
+#include "server/transform/chain.h"
+
+#include "server/transform/eligibility.h"
+#include "server/transform/parser.h"
+
+namespace tally::server::transform {
+namespace {
+
+// Wait first: the signal then lets the kernel after this one be scheduled only once this one
+// runs for real, so at most one kernel of the stream waits on the GPU at a time.
+constexpr const char* kPrologue = R"(
+griddepcontrol.wait;
+griddepcontrol.launch_dependents;
+)";
+
+bool usesGridDependency(const Module& module) {
+  for (const Item& item : module.items) {
+    if (item.kind != ItemKind::kFunction) continue;
+    for (const Statement& s : item.function.body) {
+      if (s.kind == StatementKind::kInstruction && s.opcode.rfind("griddepcontrol", 0) == 0) return true;
+    }
+  }
+  return false;
+}
+
+// Why no kernel of `module` may be chained; empty when they may.
+std::string moduleObstacle(const Module& module) {
+  const unsigned arch = targetArch(module);
+  if (arch < kChainMinArch) {
+    return "chaining needs .target sm_" + std::to_string(kChainMinArch) + " or newer (sm_" + std::to_string(arch) + ")";
+  }
+  if (usesGridDependency(module)) return "the module uses programmatic dependent launch itself";
+  return {};
+}
+
+}  // namespace
+
+VariantResult makeChainedKernel(const Function& kernel) {
+  VariantResult result;
+  if (!kernel.isEntry || !kernel.hasBody || !kernel.bodyError.empty()) {
+    result.error = kernel.name + " is not a parsed kernel definition";
+    return result;
+  }
+  StatementsResult prologue = parseStatements(kPrologue);
+  if (!prologue.ok) {  // a bug in kPrologue, caught by the unit tests
+    result.error = "internal error in the chaining prologue: " + prologue.error;
+    return result;
+  }
+  Function f = kernel;
+  f.name = kernel.name + kChainedSuffix;
+  f.body.insert(f.body.begin() + static_cast<long>(prologuePosition(f.body)), prologue.statements.begin(),
+                prologue.statements.end());
+  // Launched by name from tallyd, so it must be visible.
+  f.linkage.clear();
+  f.linkage.push_back(Token{TokenKind::kDirective, ".visible", 0, false, false});
+  result.function = std::move(f);
+  result.ok = true;
+  return result;
+}
+
+ModuleTransformResult addChainedKernels(const Module& module) {
+  const std::string obstacle = moduleObstacle(module);
+  // Eligibility for slicing does not matter here: a chained kernel runs its grid as it is.
+  return addKernelVariants(
+      module, kChainedSuffix, [&](const Eligibility&) { return obstacle; }, makeChainedKernel);
+}
+
+}  // namespace tally::server::transform
