@@ -13,23 +13,12 @@ griddepcontrol.wait;
 griddepcontrol.launch_dependents;
 )";
 
-bool usesGridDependency(const Module& module) {
-  for (const Item& item : module.items) {
-    if (item.kind != ItemKind::kFunction) continue;
-    for (const Statement& s : item.function.body) {
-      if (s.kind == StatementKind::kInstruction && s.opcode.rfind("griddepcontrol", 0) == 0) return true;
-    }
-  }
-  return false;
-}
-
 // Why no kernel of `module` may be chained; empty when they may.
 std::string moduleObstacle(const Module& module) {
   const unsigned arch = targetArch(module);
   if (arch < kChainMinArch) {
     return "chaining needs .target sm_" + std::to_string(kChainMinArch) + " or newer (sm_" + std::to_string(arch) + ")";
   }
-  if (usesGridDependency(module)) return "the module uses programmatic dependent launch itself";
   return {};
 }
 
@@ -62,7 +51,12 @@ ModuleTransformResult addChainedKernels(const Module& module) {
   const std::string obstacle = moduleObstacle(module);
   // Eligibility for slicing does not matter here: a chained kernel runs its grid as it is.
   return addKernelVariants(
-      module, kChainedSuffix, [&](const Eligibility&) { return obstacle; }, makeChainedKernel);
+      module, kChainedSuffix,
+      [&](const Eligibility& e) {
+        if (!obstacle.empty()) return obstacle;
+        return e.usesGridDependency ? std::string("uses programmatic dependent launch itself") : std::string();
+      },
+      makeChainedKernel);
 }
 
 }  // namespace tally::server::transform

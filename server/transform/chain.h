@@ -23,9 +23,9 @@ inline constexpr unsigned kChainMinArch = 90;
 // Builds `<name>__tally_chained` from a parsed kernel definition.
 VariantResult makeChainedKernel(const Function& kernel);
 
-// The module with the chained variant of every kernel placed right after its original. A module
-// below sm_90, or one that uses programmatic dependent launch itself (it then orders its own
-// kernels), gets none: `skipped` says why for each kernel.
+// The module with the chained variant of every kernel placed right after its original, but for
+// kernels that use programmatic dependent launch themselves (they order themselves). A module
+// below sm_90 gets none. `skipped` says why for each kernel left alone.
 ModuleTransformResult addChainedKernels(const Module& module);
 
 }  // namespace tally::server::transform

@@ -5,6 +5,7 @@
 // barrier in a form the barrier-aware rewrite handles (ptb.h). See docs/transform.md.
 #include "server/transform/eligibility.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -118,9 +119,20 @@ std::map<std::string, const Function*> functionsByName(const Module& module) {
 // The barrier-aware rewrite of PTB uses the non-aligned barrier.sync / barrier.red (sm_70+).
 constexpr unsigned kPtbMinArch = 70;
 
+bool usesGridDependency(const Function& f) {
+  return std::any_of(f.body.begin(), f.body.end(), [](const Statement& s) {
+    return s.kind == StatementKind::kInstruction && startsWith(s.opcode, "griddepcontrol");
+  });
+}
+
 Eligibility analyze(const std::map<std::string, const Function*>& functions, unsigned arch, const Function& kernel) {
   Eligibility e;
   e.kernel = kernel.name;
+  const std::vector<const Function*> callees = reachable(functions, kernel);
+  e.usesGridDependency =
+      usesGridDependency(kernel) || std::any_of(callees.begin(), callees.end(), [](const Function* f) {
+        return usesGridDependency(*f);
+      });
   FunctionFacts own = scan(kernel);
   if (own.reason) {
     e.reason = *own.reason;
@@ -130,7 +142,7 @@ Eligibility analyze(const std::map<std::string, const Function*>& functions, uns
   if (!ptbReason && arch != 0 && arch < kPtbMinArch) {
     ptbReason = "PTB needs sm_" + std::to_string(kPtbMinArch) + " or newer (.target sm_" + std::to_string(arch) + ")";
   }
-  for (const Function* callee : reachable(functions, kernel)) {
+  for (const Function* callee : callees) {
     if (!callee->hasBody) continue;  // external (vprintf, libdevice-like): cannot read our sregs
     if (!ptbReason) {
       if (std::optional<std::string> why = ptbObstacle(*callee, /*isKernel=*/false)) {

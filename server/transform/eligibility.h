@@ -16,6 +16,9 @@ struct Eligibility {
   // Only meaningful when `eligible`.
   bool ptbEligible = false;
   std::string ptbReason;  // empty when ptbEligible
+  // It, or a function it calls, uses griddepcontrol: it orders itself against the kernels
+  // around it (programmatic dependent launch). Found whatever else makes it ineligible.
+  bool usesGridDependency = false;
 };
 
 // One result per .entry with a body, in module order.
