@@ -15,7 +15,7 @@ namespace tally::server::transform {
 
 // Bumped whenever the output of any transform changes: it is part of every cache key, so a new
 // tallyd never loads variants an older transformer made.
-inline constexpr uint32_t kTransformerVersion = 3;
+inline constexpr uint32_t kTransformerVersion = 4;
 
 enum class VariantFamily {
   kBestEffort,    // sliced + PTB: best-effort kernels that can be stopped at a block boundary

@@ -1,4 +1,4 @@
-// PTX -> cubin on the host with nvJitLink (no CUDA driver, no GPU needed).
+// PTX -> cubin on the host with the toolkit's ptxas, else nvJitLink (no CUDA driver, no GPU needed).
 #pragma once
 
 #include <optional>

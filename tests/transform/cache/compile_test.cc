@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <future>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -75,6 +77,47 @@ TEST(CompilePtx, SmallKernelGivesElfCubin) {
   ASSERT_TRUE(cubin) << log;
   EXPECT_TRUE(isElf(*cubin));
   EXPECT_NE(cubin->find("add_one"), std::string::npos);  // the symbol table names the kernel
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The toolkit's ptxas compiles the module as a whole program; without it (TALLY_PTXAS empty, or
+// not runnable) nvJitLink's relocatable compile still gives a loadable cubin, of other code.
+TEST(CompilePtx, PtxasWhenThereIsOneElseNvJitLink) {
+  if (access("/usr/local/cuda/bin/ptxas", X_OK) != 0) GTEST_SKIP() << "no /usr/local/cuda/bin/ptxas on this host";
+  std::string log;
+  auto whole = compilePtx(kSmallPtx, "sm_90", log);
+  ASSERT_TRUE(whole) << log;
+  std::optional<std::string> linked, fallback;
+  {
+    ScopedEnv none("TALLY_PTXAS", "");
+    linked = compilePtx(kSmallPtx, "sm_90", log);
+    ASSERT_TRUE(linked) << log;
+  }
+  {
+    ScopedEnv missing("TALLY_PTXAS", "/nonexistent/ptxas");
+    fallback = compilePtx(kSmallPtx, "sm_90", log);
+    ASSERT_TRUE(fallback) << log;
+    EXPECT_NE(log.find("cannot run"), std::string::npos) << log;
+  }
+  EXPECT_TRUE(isElf(*whole) && isElf(*linked));
+  EXPECT_NE(*whole, *linked);
+  EXPECT_EQ(*fallback, *linked);
 }
 
 TEST(CompilePtx, CorpusSlicedVariantGivesElfCubin) {
