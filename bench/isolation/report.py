@@ -286,7 +286,9 @@ def block_plot(rows, rho, path):
         ax.set_ylabel(name)
     hp_ax.set_yscale("log")
     fig.legend(*hp_ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
-    fig.suptitle(f"HP {kind} next to BE blocks of 10 µs to 10 ms ({build}, ρ = {rho}); targets in red", fontsize=11)
+    blocks = [block for block, _, _ in points]
+    span = f"{min(blocks):g} µs to {max(blocks):g} µs"
+    fig.suptitle(f"HP {kind} next to BE blocks of {span} ({build}, ρ = {rho}); targets in red", fontsize=11)
     fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(systems) + 1) // 2), 1, 0.95))
     fig.savefig(path, dpi=110)
 

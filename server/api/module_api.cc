@@ -183,13 +183,13 @@ void setAttribute(CallContext& ctx, wire::FuncSetAttribute::Reader args) {
   std::optional<CUfunction_attribute> checked = enumFromWire(args.getAttribute(), CU_FUNC_ATTRIBUTE_MAX);
   if (!checked) return ctx.finish(CUDA_ERROR_INVALID_VALUE);
   CUfunction_attribute attribute = *checked;
-  for (CUfunction changed : {f->function, f->sliced, f->ptb}) {
+  for (CUfunction changed : {f->function, f->sliced, f->ptb, f->chained}) {
     if (changed != nullptr) ctx.tenant().modules().noteAttributeChange(f->module, changed, attribute);
   }
   CUresult r = cuFuncSetAttribute(f->function, attribute, args.getValue());
   // The variants run the same code with the same launch shape: they need the same settings
   // (e.g. a larger dynamic shared memory limit).
-  for (CUfunction variant : {f->sliced, f->ptb}) {
+  for (CUfunction variant : {f->sliced, f->ptb, f->chained}) {
     if (r == CUDA_SUCCESS && variant != nullptr) cuFuncSetAttribute(variant, attribute, args.getValue());
   }
   ctx.finish(r);
