@@ -1,7 +1,6 @@
 #include "server/transform/chain.h"
 
 #include "server/transform/eligibility.h"
-#include "server/transform/parser.h"
 
 namespace tally::server::transform {
 namespace {
@@ -30,21 +29,10 @@ VariantResult makeChainedKernel(const Function& kernel) {
     result.error = kernel.name + " is not a parsed kernel definition";
     return result;
   }
-  StatementsResult prologue = parseStatements(kPrologue);
-  if (!prologue.ok) {  // a bug in kPrologue, caught by the unit tests
-    result.error = "internal error in the chaining prologue: " + prologue.error;
-    return result;
-  }
   Function f = kernel;
   f.name = kernel.name + kChainedSuffix;
-  f.body.insert(f.body.begin() + static_cast<long>(prologuePosition(f.body)), prologue.statements.begin(),
-                prologue.statements.end());
-  // Launched by name from tallyd, so it must be visible.
-  f.linkage.clear();
-  f.linkage.push_back(Token{TokenKind::kDirective, ".visible", 0, false, false});
-  result.function = std::move(f);
-  result.ok = true;
-  return result;
+  if (!insertPrologue(f, kPrologue, "chaining", result.error)) return result;
+  return finishVariant(std::move(f));
 }
 
 ModuleTransformResult addChainedKernels(const Module& module) {

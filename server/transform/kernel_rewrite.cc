@@ -71,6 +71,26 @@ Function startVariant(const Function& kernel, std::string_view suffix, const std
   return f;
 }
 
+bool insertPrologue(Function& f, std::string_view prologue, std::string_view what, std::string& error) {
+  StatementsResult parsed = parseStatements(prologue);
+  if (!parsed.ok) {
+    error = "internal error in the " + std::string(what) + " prologue: " + parsed.error;
+    return false;
+  }
+  f.body.insert(f.body.begin() + static_cast<long>(prologuePosition(f.body)), parsed.statements.begin(),
+                parsed.statements.end());
+  return true;
+}
+
+VariantResult finishVariant(Function f) {
+  f.linkage.clear();
+  f.linkage.push_back(Token{TokenKind::kDirective, ".visible", 0, false, false});
+  VariantResult result;
+  result.function = std::move(f);
+  result.ok = true;
+  return result;
+}
+
 bool parameterNameClash(const Function& kernel, const std::vector<std::string_view>& declarations) {
   std::set<std::string, std::less<>> names;
   for (const Param& p : kernel.params) names.insert(p.name);

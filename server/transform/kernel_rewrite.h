@@ -87,6 +87,14 @@ struct VariantResult {
 Function startVariant(const Function& kernel, std::string_view suffix, const std::vector<std::string_view>& extraParams,
                       std::string& error);
 
+// Inserts the PTX statements `prologue` where `f`'s own code starts, before every instruction of
+// the kernel. False, with `error` naming `what`, if they do not parse: a bug in the caller's text,
+// caught by the unit tests.
+bool insertPrologue(Function& f, std::string_view prologue, std::string_view what, std::string& error);
+
+// `f` as a finished variant: visible, since tallyd launches variants by name.
+VariantResult finishVariant(Function f);
+
 struct ModuleTransformResult {
   bool ok = false;
   Module module;

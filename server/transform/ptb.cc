@@ -372,11 +372,7 @@ VariantResult makePtbKernel(const Function& kernel) {
     return result;
   }
   f.body = std::move(e.out);
-  f.linkage.clear();  // launched by name from tallyd
-  f.linkage.push_back(Token{TokenKind::kDirective, ".visible", 0, false, false});
-  result.function = std::move(f);
-  result.ok = true;
-  return result;
+  return finishVariant(std::move(f));
 }
 
 ModuleTransformResult addPtbKernels(const Module& module) {

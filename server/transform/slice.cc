@@ -46,19 +46,8 @@ SliceResult makeSlicedKernel(const Function& kernel) {
   SliceResult result;
   Function f = startVariant(kernel, kSlicedSuffix, kExtraParams, result.error);
   if (!result.error.empty()) return result;
-  StatementsResult parsedPrologue = parseStatements(prologue());
-  if (!parsedPrologue.ok) {  // a bug in prologue(), caught by the unit tests
-    result.error = "internal error in the slicing prologue: " + parsedPrologue.error;
-    return result;
-  }
-  f.body.insert(f.body.begin() + static_cast<long>(prologuePosition(f.body)), parsedPrologue.statements.begin(),
-                parsedPrologue.statements.end());
-  // A sliced kernel is always launched by name from tallyd, so it must be visible.
-  f.linkage.clear();
-  f.linkage.push_back(Token{TokenKind::kDirective, ".visible", 0, false, false});
-  result.function = std::move(f);
-  result.ok = true;
-  return result;
+  if (!insertPrologue(f, prologue(), "slicing", result.error)) return result;
+  return finishVariant(std::move(f));
 }
 
 ModuleTransformResult addSlicedKernels(const Module& module) {

@@ -129,6 +129,9 @@ TEST_F(BadInput, DestroyedHandlesAreInvalidResourceHandle) {
   ASSERT_EQ(cudaEventCreate(&event), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   ASSERT_EQ(cudaEventDestroy(event), cudaSuccess);
+  // The destroys are one-way calls, written with the next batch: a round trip makes sure tallyd
+  // has counted them before the count the refused calls must leave unchanged is taken.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   callsBefore_ = server->calls();
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorInvalidResourceHandle);
   EXPECT_EQ(cudaStreamDestroy(stream), cudaErrorInvalidResourceHandle);
