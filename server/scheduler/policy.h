@@ -54,7 +54,7 @@ struct SchedulerConfig {
   // frees go to them and not to pending best-effort blocks. Needs the kernels' PTX at sm_90+.
   enum class HpChain {
     kOff,
-    kWhileBestEffort,  // while best-effort work was queued on the GPU lately (alone, chaining costs HP ~2 %)
+    kWhileBestEffort,  // while best-effort work was queued on the GPU lately (alone it buys HP nothing)
     kAlways,           // every launch that can be (a test aid, and for measuring)
   };
   HpChain hpChain = HpChain::kWhileBestEffort;
