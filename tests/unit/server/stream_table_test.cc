@@ -1,5 +1,6 @@
 // StreamTable admission: handles, max_streams (legacy default streams do not count) and
-// max_events (issue 13, finding 15). No GPU: states are inserted as the driver edge would.
+// max_events (issue 13, finding 15); and what a chained launch may follow. No GPU: states are
+// inserted as the driver edge would.
 #include "server/session/stream_table.h"
 
 #include <gtest/gtest.h>
@@ -79,6 +80,27 @@ TEST(TenantLimits, DefaultsCapEventsModulesAndHostMappings) {
   EXPECT_EQ(limits.maxEvents, 65536u);
   EXPECT_EQ(limits.maxModules, 4096u);
   EXPECT_EQ(limits.maxHostMappings, 1024u);
+}
+
+// A chained HP launch may overlap only a kernel of its own stream (scheduler::KernelLaunch::
+// followsKernel): what api/dispatch.cc's streamForWork and api/launch_api.cc count.
+TEST(FollowsKernel, OnlyWhenTheLastWorkOnTheSameDriverStreamWasAKernel) {
+  StreamState s;
+  int driverStreams[2];
+  s.stream = reinterpret_cast<CUstream>(&driverStreams[0]);
+  ++s.workQueued;  // a launch's streamForWork
+  EXPECT_FALSE(followsKernel(s)) << "nothing before the first launch";
+  noteKernel(s);
+  ++s.workQueued;  // the next launch
+  EXPECT_TRUE(followsKernel(s));
+  noteKernel(s);
+  ++s.workQueued;  // a copy
+  ++s.workQueued;  // then a launch
+  EXPECT_FALSE(followsKernel(s)) << "a copy came between";
+  noteKernel(s);
+  ++s.workQueued;  // a launch, after the stream moved to another partition's driver stream
+  s.stream = reinterpret_cast<CUstream>(&driverStreams[1]);
+  EXPECT_FALSE(followsKernel(s)) << "the last kernel is on the old driver stream";
 }
 
 }  // namespace
