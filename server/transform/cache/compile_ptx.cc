@@ -58,7 +58,6 @@ struct Handle {
   }
 };
 
-
 std::optional<std::string> compileWithNvJitLink(std::string_view ptx, std::string_view arch, std::string& log) {
   const std::string archOption = "-arch=" + std::string(arch);
   const char* options[] = {archOption.c_str()};

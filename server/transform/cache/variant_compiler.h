@@ -20,8 +20,8 @@ namespace tally::server::transform {
 class VariantCompiler {
  public:
   using Done = std::function<void(std::optional<std::string> cubin)>;
-  // (key, ptx, log) -> cubin; by default compilePtx for key.arch, as it is. tallyd's transforms
-  // the PTX first into the variants key.variant names; the tests put their own here.
+  // (key, ptx, log) -> cubin; by default compilePtx of the PTX as it is, for key.arch. tallyd's
+  // (VariantStore) first transforms the PTX into the family key.variant names; tests put theirs.
   using CompileFn = std::function<std::optional<std::string>(const VariantKey&, std::string_view, std::string&)>;
 
   struct Stats {

@@ -1,8 +1,8 @@
 // tallyd's view of the kernel variants: asked when a tenant loads a module with PTX, it answers
 // with the compiled variant module of the tenant's family (the original kernels plus their
 // sliced and PTB variants, or their chained ones: server/transform/variant_module.h) once there
-// is one. Transforming and compiling happen on
-// the VariantCompiler's thread, never on a tenant's; results persist in the VariantCache.
+// is one. Transforming and compiling happen on the VariantCompiler's thread, never on a
+// tenant's; results persist in the VariantCache.
 #pragma once
 
 #include <condition_variable>
