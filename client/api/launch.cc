@@ -102,10 +102,10 @@ CUresult launchRuntime(const void* func, dim3 grid, dim3 block, void** args, siz
 
 // One launch attribute, sorted by what tallyd does with it. Forwarded: what tallyd applies
 // without touching other tenants (priority within the tenant's band, clusters, cluster
-// scheduling, cooperative). Dropped: hints whose absence only makes the launch more ordered or
-// leaves a cache setting at its default (programmatic serialization, memory-sync domains, L2
-// access windows, the synchronization policy, the shared-memory carveout): the kernel runs as
-// an ordinary launch does. Anything else (completion events, graph-only attributes) is refused.
+// scheduling, cooperative, programmatic stream serialization). Dropped: hints whose absence only
+// leaves a setting at its default (memory-sync domains, L2 access windows, the synchronization
+// policy, the shared-memory carveout): the kernel runs as an ordinary launch does. Anything else
+// (completion events, graph-only attributes) is refused.
 CUresult addAttribute(const CUlaunchAttribute& a, std::vector<LaunchAttr>& out, bool& cooperative) {
   switch (a.id) {
     case CU_LAUNCH_ATTRIBUTE_IGNORE:
@@ -123,6 +123,8 @@ CUresult addAttribute(const CUlaunchAttribute& a, std::vector<LaunchAttr>& out, 
       out.push_back({a.id, static_cast<unsigned>(a.value.clusterSchedulingPolicyPreference), 0, 0});
       return CUDA_SUCCESS;
     case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+      if (a.value.programmaticStreamSerializationAllowed != 0) out.push_back({a.id, 1, 0, 0});
+      return CUDA_SUCCESS;
     case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
     case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
     case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:

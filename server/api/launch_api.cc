@@ -30,6 +30,14 @@ struct LaunchAttributes {
   std::array<CUlaunchAttribute, kMaxLaunchAttributes + 1> values{};
   unsigned count = 0;
   std::span<const CUlaunchAttribute> view() const { return {values.data(), count}; }
+  // Without the stream's previous work being one of the tenant's kernels, the attribute would
+  // let this kernel overlap whatever tallyd or the tenant queued before it: it runs ordered.
+  void dropProgrammaticSerialization() {
+    auto end = std::remove_if(values.begin(), values.begin() + count, [](const CUlaunchAttribute& a) {
+      return a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    });
+    count = static_cast<unsigned>(end - values.begin());
+  }
   bool cooperative() const {
     return std::any_of(values.begin(), values.begin() + count, [](const CUlaunchAttribute& a) {
       return a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0;
@@ -58,6 +66,9 @@ CUresult toDriverAttribute(CallContext& ctx, const gpu::Gpu& g, wire::LaunchAttr
                                                d.streamPriorityLeast, priorityBand(ctx, g));
       break;
     }
+    case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+      out.value.programmaticStreamSerializationAllowed = v.getX() != 0 ? 1 : 0;
+      break;
     case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
       out.value.clusterDim.x = v.getX();
       out.value.clusterDim.y = v.getY();
@@ -217,6 +228,7 @@ void launch(CallContext& ctx, wire::LaunchKernel::Reader args) {
   if (attributes.cooperative()) ctx.tenant().streams().place(*s, gpu::Placement::wholeGpu());
   const bool capturing = ctx.tenant().streams().capturing(*s);
   const bool followsKernel = !capturing && session::followsKernel(*s);
+  if (!followsKernel) attributes.dropProgrammaticSerialization();
   if (session::LaunchThread* thread = ctx.tenant().launchThread()) {
     // Handed over only while more calls wait behind it: that is when reading them overlaps the
     // driver call. The last launch of a burst (a sync likely follows) is made here, without a

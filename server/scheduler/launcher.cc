@@ -71,6 +71,7 @@ class DriverLauncher final : public Launcher {
     return launchWithAttributes(k, k.original, k.attributes, params);
   }
   CUresult launchChained(const KernelLaunch& k, void** params) override {
+    if (!k.followsKernel) return launchWithAttributes(k, k.chained, {}, params);
     CUlaunchAttribute chained{};
     chained.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     chained.value.programmaticStreamSerializationAllowed = 1;

@@ -58,8 +58,10 @@ class Launcher {
   // ---- stream work
   // k.original as it is, with its attributes if it has any.
   virtual CUresult launchOriginal(const KernelLaunch& k, void** params) = 0;
-  // k.chained with programmatic stream serialization: it may start while the stream's previous
-  // kernel still runs, and waits for it in the kernel (transform/chain.h). k has no attributes.
+  // k.chained (transform/chain.h), k has no attributes. With programmatic stream serialization
+  // when k.followsKernel: it may start while the stream's previous kernel still runs, and waits
+  // for it in the kernel. Otherwise an ordinary launch, whose signal lets the next chained
+  // kernel be queued early.
   virtual CUresult launchChained(const KernelLaunch& k, void** params) = 0;
   // Variants (gpu/variant_launch.h has what each does).
   virtual CUresult launchSliceRange(CUfunction sliced, const gpu::LaunchShape& shape, CUstream stream,

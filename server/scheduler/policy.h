@@ -80,7 +80,8 @@ struct KernelLaunch {
   CUfunction ptb = nullptr;
   CUfunction chained = nullptr;  // a high-priority tenant's variant (transform/chain.h), or null
   // The stream's previous work is a kernel this tenant launched: only then may a chained launch
-  // overlap it (programmatic dependent launch is defined between two kernels of a stream).
+  // overlap it (programmatic dependent launch is defined between two kernels of a stream); any
+  // other chained launch is ordered as an original's is.
   bool followsKernel = false;
   const std::string* profileKey = nullptr;  // "<module hash>/<kernel name>"
   gpu::LaunchShape shape;

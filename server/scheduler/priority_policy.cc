@@ -342,8 +342,11 @@ const char* hpChainName(SchedulerConfig::HpChain chain) {
 // than a training step's gaps between launches, short next to a BE job's pauses.
 constexpr Nanos kChainWindow = 200'000'000;
 
+// A kernel that follows a copy runs chained too, without overlapping it: its early signal is
+// what lets the request's second kernel be queued while the first one's blocks still wait for
+// SMs that BE blocks hold (measured on the H200: docs/benchmarks.md, "Chained HP kernels").
 bool PriorityPolicy::chains(const KernelLaunch& k) {
-  if (k.chained == nullptr || !k.followsKernel) return false;
+  if (k.chained == nullptr) return false;
   switch (config_.hpChain) {
     case SchedulerConfig::HpChain::kOff: return false;
     case SchedulerConfig::HpChain::kAlways: return true;

@@ -4,7 +4,8 @@
 // after another kernel, its blocks are queued at high priority while that kernel's last wave
 // still runs, so the SMs it frees go to them and not to pending best-effort blocks; they wait in
 // the kernel until the previous one has finished and its writes are visible. Without the
-// attribute both instructions are no-ops and the variant behaves as the original.
+// attribute (the first kernel after a copy) the wait returns at once; the signal still lets the
+// next chained kernel be queued while this one's blocks run.
 #pragma once
 
 #include <string>

@@ -35,6 +35,7 @@ struct FakeLaunch {
   CUfunction function = nullptr;
   uint64_t blocks = 0;  // the original grid's blocks (a slice range: its own)
   size_t attributes = 0;
+  bool overlapsPrevious = false;    // kChained with programmatic stream serialization
   uint64_t slices = 0;              // kSliced
   gpu::PtbWorkers workers;          // PTB kinds
   gpu::PtbControl control;          // PTB kinds
@@ -151,7 +152,9 @@ class FakeLauncher final : public Launcher, public Clock {
     return record(l);
   }
   CUresult launchChained(const KernelLaunch& k, void**) override {
-    return record(queue(LaunchKind::kChained, k.stream, k.chained, k.shape.blocks(), duration(k.chained)));
+    FakeLaunch l = queue(LaunchKind::kChained, k.stream, k.chained, k.shape.blocks(), duration(k.chained));
+    l.overlapsPrevious = k.followsKernel;
+    return record(l);
   }
   CUresult launchSliceRange(CUfunction sliced, const gpu::LaunchShape& shape, CUstream stream, gpu::KernelParams,
                             uint64_t, uint32_t count) override {

@@ -590,15 +590,19 @@ TEST_F(ChainingTest, HpKernelsRunChainedOnlyWhileBestEffortWorkIsAbout) {
   EXPECT_NE(policy->summary().find("2 HP launches chained"), std::string::npos) << policy->summary();
 }
 
-TEST_F(ChainingTest, OnlyALaunchThatFollowsAKernelOnItsStreamIsChained) {
+TEST_F(ChainingTest, OnlyALaunchThatFollowsAKernelOnItsStreamOverlapsIt) {
   start();
   Tenant& hp = tenant(1, true);
   bestEffortLaunch();
   hp.followsKernel = false;  // a copy, an event wait or a library call came before it
   launch(hp, hpKernel());
-  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
-  Kernel plain{function(1), nullptr, nullptr, "hp/k"};  // no PTX for sm_90: no variant
+  EXPECT_EQ(last().kind, LaunchKind::kChained) << "its signal lets the next kernel be queued early";
+  EXPECT_FALSE(last().overlapsPrevious);
   hp.followsKernel = true;
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kChained);
+  EXPECT_TRUE(last().overlapsPrevious);
+  Kernel plain{function(1), nullptr, nullptr, "hp/k"};  // no PTX for sm_90: no variant
   launch(hp, plain);
   EXPECT_EQ(last().kind, LaunchKind::kOriginal);
 }

@@ -90,6 +90,11 @@ uint64_t FakeTallyd::lastLaunchFunction() {
   return lastLaunchFunction_;
 }
 
+std::vector<uint32_t> FakeTallyd::lastLaunchAttributeIds() {
+  std::lock_guard lock(stateMutex_);
+  return lastLaunchAttributeIds_;
+}
+
 std::vector<FakeTallyd::HostNodeWords> FakeTallyd::lastGraphLaunchHostNodes() {
   std::lock_guard lock(stateMutex_);
   return lastGraphLaunchHostNodes_;
@@ -257,7 +262,11 @@ void FakeTallyd::record(wire::Call::Reader call) {
   if (call.isMemset()) lastMemsetStream_ = call.getMemset().getStream();
   if (call.isHostFunc()) hostFuncCallbacks_.push_back(call.getHostFunc().getCallback());
   if (call.isLinkCreate()) lastLinkCreate_ = linkCreated(call.getLinkCreate());
-  if (call.isLaunchKernel()) lastLaunchFunction_ = call.getLaunchKernel().getFunction();
+  if (call.isLaunchKernel()) {
+    lastLaunchFunction_ = call.getLaunchKernel().getFunction();
+    lastLaunchAttributeIds_.clear();
+    for (auto a : call.getLaunchKernel().getAttributes()) lastLaunchAttributeIds_.push_back(a.getId());
+  }
   if (call.isGraphLaunch()) {
     lastGraphLaunchHostNodes_.clear();
     for (auto h : call.getGraphLaunch().getHostNodes()) {

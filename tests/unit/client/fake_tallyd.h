@@ -111,6 +111,8 @@ class FakeTallyd {
   // kernel `name` at its last moduleGetFunction (0: none yet).
   uint64_t lastLaunchFunction();
   uint64_t functionIdOf(const std::string& name);
+  // The attribute ids the last launchKernel call carried.
+  std::vector<uint32_t> lastLaunchAttributeIds();
   // The host node words of the last graphLaunch (schema/graph.capnp HostNodeLaunch).
   struct HostNodeWords {
     uint32_t node;
@@ -155,6 +157,7 @@ class FakeTallyd {
   uint32_t lastAllocDevice_ = 0;
   uint64_t lastMemsetStream_ = 0;
   uint64_t lastLaunchFunction_ = 0;
+  std::vector<uint32_t> lastLaunchAttributeIds_;
   std::vector<HostNodeWords> lastGraphLaunchHostNodes_;
   std::map<std::string, uint64_t> functionIds_;
   std::thread thread_;

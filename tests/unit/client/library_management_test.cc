@@ -266,8 +266,9 @@ TEST_F(LibraryManagement, ALibraryKernelLaunchesThroughTheRuntimeAndTheDriver) {
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   EXPECT_EQ(server->lastLaunchFunction(), server->functionIdOf("kernel_a"));
 
-  // Hints that only loosen ordering or tune caches are dropped and the kernel launches as an
-  // ordinary launch (XLA sets them); an attribute with effects beyond the launch is refused.
+  // Programmatic serialization travels (tallyd keeps it only after the tenant's own kernel);
+  // hints that only tune caches or memory ordering are dropped (XLA sets them); an attribute with
+  // effects beyond the launch is refused.
   CUlaunchAttribute hints[2] = {};
   hints[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   hints[0].value.programmaticStreamSerializationAllowed = 1;
@@ -283,6 +284,8 @@ TEST_F(LibraryManagement, ALibraryKernelLaunchesThroughTheRuntimeAndTheDriver) {
   ASSERT_EQ(cuLaunchKernelEx(&ex, function, args, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   EXPECT_EQ(server->callsOf(wire::Call::LAUNCH_KERNEL), launches + 1);
+  EXPECT_EQ(server->lastLaunchAttributeIds(),
+            std::vector<uint32_t>{CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION});
   CUlaunchAttribute completion{};
   completion.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
   ex.attrs = &completion;
