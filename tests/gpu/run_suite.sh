@@ -54,7 +54,7 @@ ALL_PROGRAMS=(
   host_callbacks coop_launch_ex device_query large_transfers bulk_copies launch_order warp_ops kernel_printf
   stream_ordered_alloc virtual_memory ipc_two_process graph_capture cublas_forwarding cufft_forwarding driver_contexts
   stream_memory_ops graph_explicit jit_link textures_surfaces visible_devices host_register managed_memory
-  library_management graph_host_nodes per_thread_stream static_runtime
+  library_management graph_host_nodes per_thread_stream static_runtime programmatic_launch
 )
 
 # ---------------------------------------------------------------- GPU present?
