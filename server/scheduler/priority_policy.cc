@@ -151,18 +151,19 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
   if (config_.smPartition) {
     if (!launcher_.partitionSms(&g, *config_.smPartition, error)) return false;
     s->split = std::make_unique<PartitionSplit>(static_cast<Nanos>(config_.partitionIdleMillis * 1e6));
+    const size_t reserves = config_.smPartition->levels();
     PartitionController::Knobs knobs;
-    knobs.levels = config_.smPartition->levels();
+    knobs.levels = reserves + (ladderHasUnchainedRung() ? 1 : 0);
     knobs.budget = config_.hpP99Budget;
     s->controller = PartitionController(knobs);
     if (auto alone = profiles_.micros(aloneKey(g))) s->controller.setAloneP99(*alone);
     if (auto level = profiles_.micros(settledLevelKey(g)); level && *level >= 0) {
       s->controller.rememberLevel(static_cast<size_t>(std::lround(*level)));
     }
-    s->level = static_cast<uint8_t>(knobs.levels);
-    for (size_t level = 1; level <= knobs.levels; ++level) {
+    useControllerLevel(*s, knobs.levels);
+    for (size_t level = 1; level <= reserves; ++level) {
       spdlog::info("scheduler on GPU {}: SM partition level {}: {} of {} while both classes are active", ordinal,
-                   level, levelName(g, level), launcher_.partitionSmCount(&g, gpu::Placement::wholeGpu()));
+                   level, reserveName(g, level), launcher_.partitionSmCount(&g, gpu::Placement::wholeGpu()));
     }
     if (controlsPartitions()) {
       const HpP99Budget& b = knobs.budget;
@@ -219,12 +220,23 @@ void PriorityPolicy::observeHpWait(gpu::Gpu& g, uint64_t tenant, double micros) 
   const std::optional<size_t> settled = s->controller.settledLevel();
   s->controller.observeHpWait(micros, own.p99);
   const size_t after = s->controller.level();
-  s->level.store(static_cast<uint8_t>(after), std::memory_order_relaxed);
+  useControllerLevel(*s, after);
   if (auto now = s->controller.settledLevel(); now && now != settled) profiles_.set(settledLevelKey(g), double(*now));
   if (before != after) {
     spdlog::info("scheduler on GPU {}: HP p99 {:.0f} µs at {}; now {}", launcher_.ordinal(&g),
-                 s->controller.p99At(before), levelName(g, before), levelName(g, after));
+                 s->controller.p99At(before), controllerLevelName(g, before), controllerLevelName(g, after));
   }
+}
+
+void PriorityPolicy::useControllerLevel(GpuState& s, size_t level) {
+  const bool rung = ladderHasUnchainedRung();
+  s.hpUnchained.store(rung && level == 0, std::memory_order_relaxed);
+  s.level.store(static_cast<uint8_t>(rung && level > 0 ? level - 1 : level), std::memory_order_relaxed);
+}
+
+std::string PriorityPolicy::controllerLevelName(gpu::Gpu& g, size_t level) {
+  if (!ladderHasUnchainedRung()) return reserveName(g, level);
+  return level == 0 ? "every SM shared, HP unchained" : reserveName(g, level - 1);
 }
 
 unsigned PriorityPolicy::smsKeptFromBestEffort(gpu::Gpu& g) {
@@ -249,10 +261,11 @@ std::string PriorityPolicy::settledLevelKey(gpu::Gpu& g) {
     key += std::to_string(r.size) + (config_.smPartition->percent ? "%" : "") + (r.overlap ? "o" : "") + ",";
   }
   const HpP99Budget& b = config_.hpP99Budget;
-  return key + (b.micros > 0 ? fmt::format("{:g}us", b.micros) : b.factor > 0 ? fmt::format("{:g}x", b.factor) : "as-well");
+  key += b.micros > 0 ? fmt::format("{:g}us", b.micros) : b.factor > 0 ? fmt::format("{:g}x", b.factor) : "as-well";
+  return key + (ladderHasUnchainedRung() ? "/unchained-rung" : "");
 }
 
-std::string PriorityPolicy::levelName(gpu::Gpu& g, size_t level) {
+std::string PriorityPolicy::reserveName(gpu::Gpu& g, size_t level) {
   if (level == 0) return "every SM shared";
   const auto hp = gpu::Placement::hp(static_cast<uint8_t>(level - 1));
   const auto be = gpu::Placement::be(static_cast<uint8_t>(level - 1));
@@ -353,7 +366,8 @@ bool PriorityPolicy::chains(const KernelLaunch& k) {
     case SchedulerConfig::HpChain::kWhileBestEffort: break;
   }
   const GpuState* s = stateFor(*k.gpu);
-  return s != nullptr && clock_.now() - s->beQueuedAt.load(std::memory_order_relaxed) < kChainWindow;
+  return s != nullptr && !s->hpUnchained.load(std::memory_order_relaxed) &&
+         clock_.now() - s->beQueuedAt.load(std::memory_order_relaxed) < kChainWindow;
 }
 
 CUresult PriorityPolicy::launchHpKernel(const KernelLaunch& k, void** params) {

@@ -118,9 +118,11 @@ class PriorityPolicy final : public Policy {
     HpActivity activity{0};
     std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
     PartitionController controller;         // under mutex_
-    // The partition level in use while both classes are active (0: every SM shared):
-    // controller.level() when it runs, else the strongest level. Readable without the lock.
+    // The partition level in use while both classes are active (0: every SM shared): the reserve
+    // of controller.level() when it runs (controllerLevel), else the strongest. Readable without
+    // the lock, as is whether the controller's level keeps HP kernels unchained.
     std::atomic<uint8_t> level{0};
+    std::atomic<bool> hpUnchained{false};
     std::atomic<bool> gateOpen{true};  // activity.gateOpen(), readable without the lock
     std::atomic<Nanos> beQueuedAt{kLongAgo};  // when BE work was last queued here
     struct HpSlot {
@@ -143,7 +145,15 @@ class PriorityPolicy final : public Policy {
   // BE work on `g` runs in its own SM partition now and is neither gated nor transformed (that
   // would cost BE throughput and buy HP nothing: no BE block is on HP's SMs).
   bool beWorkIsolated(gpu::Gpu& g);
-  std::string levelName(gpu::Gpu& g, size_t level);  // "every SM shared", "HP 40 SMs / BE 92"
+  std::string reserveName(gpu::Gpu& g, size_t level);  // "every SM shared", "HP 40 SMs / BE 92"
+  // With chaining in `auto`, the controller's ladder starts one rung lower: every SM shared with
+  // HP kernels unchained, which keeps BE the SMs chained blocks hold while they wait, where HP
+  // meets its target without them. Its level L is then reserve L - 1, and L = 0 is that rung.
+  bool ladderHasUnchainedRung() const {
+    return controlsPartitions() && config_.hpChain == SchedulerConfig::HpChain::kWhileBestEffort;
+  }
+  void useControllerLevel(GpuState& s, size_t level);
+  std::string controllerLevelName(gpu::Gpu& g, size_t level);
   std::string aloneKey(gpu::Gpu& g);
   std::string settledLevelKey(gpu::Gpu& g);  // where the last pair settled, kept in profiles_
   // Whether anything waits for HP to go idle (the gate, PTB retreats): else HP work is not marked.

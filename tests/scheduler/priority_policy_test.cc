@@ -637,6 +637,41 @@ TEST_F(ChainingTest, OffNeverChainsAndAlwaysChainsEvenAlone) {
   EXPECT_EQ(last().kind, LaunchKind::kChained);
 }
 
+// Under a budget, the ladder's lowest rung is sharing every SM with HP unchained: where HP meets
+// the budget without chaining, BE keeps the SMs chained blocks would hold while they wait.
+TEST_F(ChainingTest, ABudgetMetWithoutChainingLeavesHpKernelsUnchained) {
+  config.smPartition = spec({40}, true);
+  config.hpP99Budget.micros = 1000;
+  start();
+  Tenant& hp = tenant(1, true);
+  bestEffortLaunch();
+  ASSERT_EQ(bothActive(), gpu::Placement::hp(0)) << "starts at the reserve";
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kChained);
+  for (int i = 0; i < 3000; ++i) {  // within the budget everywhere: walks down to the lowest rung
+    bothActive();
+    policy->observeHpWait(*g, hp.id, 500);
+  }
+  EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu());
+  bestEffortLaunch();
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kOriginal) << "within the budget with every SM shared and HP unchained";
+  hpWaits(200, 3000, hp.id);
+  bestEffortLaunch();
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kChained) << "over the budget: back up the ladder, chained again";
+}
+
+TEST_F(ChainingTest, WithoutABudgetTheLadderHasNoUnchainedRung) {
+  config.smPartition = spec({40}, true);
+  start();
+  Tenant& hp = tenant(1, true);
+  bestEffortLaunch();
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "the configured reserve, no controller";
+  launch(hp, hpKernel());
+  EXPECT_EQ(last().kind, LaunchKind::kChained);
+}
+
 TEST(HpChainNames, ParseWhatTheyPrint) {
   using HpChain = SchedulerConfig::HpChain;
   for (HpChain c : {HpChain::kOff, HpChain::kWhileBestEffort, HpChain::kAlways}) {
