@@ -565,6 +565,17 @@ class ChainingTest : public PriorityPolicyTest {
     if (be_ == nullptr) be_ = &tenant(2, false);
     launch(*be_, Kernel{function(2), nullptr, nullptr, "be/k"});
   }
+  // An HP tenant next to a BE one, a 40-SM overlapped reserve configured; its first launch made.
+  Tenant& hpBesideBestEffortAtTheReserve() {
+    config.smPartition = spec({40}, true);
+    start();
+    Tenant& hp = tenant(1, true);
+    bestEffortLaunch();
+    EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "starts at the reserve";
+    launch(hp, hpKernel());
+    EXPECT_EQ(last().kind, LaunchKind::kChained);
+    return hp;
+  }
 
  private:
   Tenant* be_ = nullptr;
@@ -640,14 +651,8 @@ TEST_F(ChainingTest, OffNeverChainsAndAlwaysChainsEvenAlone) {
 // Under a budget, the ladder's lowest rung is sharing every SM with HP unchained: where HP meets
 // the budget without chaining, BE keeps the SMs chained blocks would hold while they wait.
 TEST_F(ChainingTest, ABudgetMetWithoutChainingLeavesHpKernelsUnchained) {
-  config.smPartition = spec({40}, true);
   config.hpP99Budget.micros = 1000;
-  start();
-  Tenant& hp = tenant(1, true);
-  bestEffortLaunch();
-  ASSERT_EQ(bothActive(), gpu::Placement::hp(0)) << "starts at the reserve";
-  launch(hp, hpKernel());
-  EXPECT_EQ(last().kind, LaunchKind::kChained);
+  Tenant& hp = hpBesideBestEffortAtTheReserve();
   for (int i = 0; i < 3000; ++i) {  // within the budget everywhere: walks down to the lowest rung
     bothActive();
     policy->observeHpWait(*g, hp.id, 500);
@@ -663,11 +668,10 @@ TEST_F(ChainingTest, ABudgetMetWithoutChainingLeavesHpKernelsUnchained) {
 }
 
 TEST_F(ChainingTest, WithoutABudgetTheLadderHasNoUnchainedRung) {
-  config.smPartition = spec({40}, true);
-  start();
-  Tenant& hp = tenant(1, true);
+  Tenant& hp = hpBesideBestEffortAtTheReserve();
+  hpWaits(3000, 500, hp.id);
+  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "the configured reserve: no controller";
   bestEffortLaunch();
-  EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "the configured reserve, no controller";
   launch(hp, hpKernel());
   EXPECT_EQ(last().kind, LaunchKind::kChained);
 }
