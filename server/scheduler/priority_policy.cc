@@ -357,7 +357,8 @@ constexpr Nanos kChainWindow = 200'000'000;
 
 // A kernel that follows a copy runs chained too, without overlapping it: its early signal is
 // what lets the request's second kernel be queued while the first one's blocks still wait for
-// SMs that BE blocks hold (measured on the H200: docs/benchmarks.md, "Chained HP kernels").
+// SMs that BE blocks hold (measured on the H200: docs/benchmarks.md, "The first kernel of a
+// request chained too").
 bool PriorityPolicy::chains(const KernelLaunch& k) {
   if (k.chained == nullptr) return false;
   switch (config_.hpChain) {

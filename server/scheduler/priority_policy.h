@@ -119,7 +119,7 @@ class PriorityPolicy final : public Policy {
     std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
     PartitionController controller;         // under mutex_
     // The partition level in use while both classes are active (0: every SM shared): the reserve
-    // of controller.level() when it runs (controllerLevel), else the strongest. Readable without
+    // of controller.level() when it runs (useControllerLevel), else the strongest. Readable without
     // the lock, as is whether the controller's level keeps HP kernels unchained.
     std::atomic<uint8_t> level{0};
     std::atomic<bool> hpUnchained{false};
