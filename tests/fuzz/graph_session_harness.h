@@ -139,18 +139,19 @@ class RecordingPolicy final : public server::scheduler::Policy {
   return *s;
 }
 
-// Graphs and executable graphs the fake driver holds (fake_gpu/fake_libcuda.cc, which the
-// driver shim dlopened as libcuda.so.1).
-[[maybe_unused]] size_t liveGraphs() {
-  static auto* count = [] {
-    openGpus();  // loads the driver
-    void* fake = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    void* symbol = fake != nullptr ? ::dlsym(fake, "tallyFakeLiveGraphs") : nullptr;
-    if (symbol == nullptr) throw std::runtime_error("the fake driver has no tallyFakeLiveGraphs");
-    return reinterpret_cast<size_t (*)()>(symbol);
-  }();
-  return count();
+// A count the fake driver keeps for tests (fake_gpu/fake_libcuda.cc, which the driver shim
+// dlopened as libcuda.so.1), by the name it exports it under.
+[[maybe_unused]] size_t fakeDriverCount(const char* name) {
+  openGpus();  // loads the driver
+  void* fake = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void* symbol = fake != nullptr ? ::dlsym(fake, name) : nullptr;
+  if (fake != nullptr) ::dlclose(fake);
+  if (symbol == nullptr) throw std::runtime_error(std::string("the fake driver has no ") + name);
+  return reinterpret_cast<size_t (*)()>(symbol)();
 }
+
+// Graphs and executable graphs the fake driver holds.
+[[maybe_unused]] size_t liveGraphs() { return fakeDriverCount("tallyFakeLiveGraphs"); }
 
 struct Answer {
   CUresult status = CUDA_ERROR_UNKNOWN;
@@ -240,11 +241,17 @@ class Tenant {
     });
   }
 
-  // One-way "add" launch on `stream`, adding to the u32 at `counter`.
-  void launchAdd(uint64_t stream, uint64_t counter) {
+  // One-way "add" launch on `stream`, adding to the u32 at `counter`; `programmatic`: with
+  // programmatic stream serialization.
+  void launchAdd(uint64_t stream, uint64_t counter, bool programmatic = false) {
     post([&](wire::Call::Builder c) {
       auto l = c.initLaunchKernel();
       l.setFunction(kFunction);
+      if (programmatic) {
+        auto a = l.initAttributes(1)[0];
+        a.setId(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+        a.initValue().setX(1);
+      }
       for (auto d : {l.initGrid(), l.initBlock()}) {
         d.setX(1);
         d.setY(1);

@@ -107,6 +107,7 @@ struct FakeExec : FakeObject {
 };
 
 std::atomic<size_t> liveGraphs{0};
+std::atomic<size_t> programmaticLaunches{0};  // launches with programmatic stream serialization
 std::atomic<uint64_t> nextCaptureId{1};
 
 // A memory pool's figures as the driver keeps them: used (allocations not freed yet) and
@@ -828,11 +829,17 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   if (config == nullptr || extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   // The attributes are read as the driver reads them.
+  bool programmatic = false;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
-    if (config->attrs[i].id > kLastLaunchAttribute) return CUDA_ERROR_INVALID_VALUE;
+    const CUlaunchAttribute& a = config->attrs[i];
+    if (a.id > kLastLaunchAttribute) return CUDA_ERROR_INVALID_VALUE;
+    programmatic = programmatic || (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION &&
+                                    a.value.programmaticStreamSerializationAllowed != 0);
   }
-  return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                config->blockDimZ, config->sharedMemBytes, config->hStream, params);
+  CUresult r = launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                      config->blockDimZ, config->sharedMemBytes, config->hStream, params);
+  if (r == CUDA_SUCCESS && programmatic) programmaticLaunches.fetch_add(1);
+  return r;
 }
 
 // --- stream capture and graphs ---
@@ -1198,5 +1205,7 @@ CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* out, CUgraphNode original, 
 
 // For tests: graphs and executable graphs created and not destroyed.
 size_t tallyFakeLiveGraphs() { return liveGraphs.load(); }
+// For tests: launches made with programmatic stream serialization.
+size_t tallyFakeProgrammaticLaunches() { return programmaticLaunches.load(); }
 
 }  // extern "C"
