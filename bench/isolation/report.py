@@ -70,6 +70,10 @@ BUILDS = {"ptx": "BE built with PTX (transformable)", "sass": "BE built SASS-onl
 def label(system):
     if system.endswith("+pdl"):
         return label(system[:-len("+pdl")]) + "; HP chains its own kernels (PDL)"
+    m = re.fullmatch(r"green-split-(\d+)-overlap", system)
+    if m:
+        return (f"one native process, HP on a green context of every SM at top priority, BE on one of "
+                f"{'every SM' if m.group(1) == '0' else 'the rest after ' + m.group(1) + ' SMs'} at the lowest")
     m = re.fullmatch(r"green-split-(\d+)", system)
     if m and m.group(1) == "0":
         return "one native process, one context: HP stream at top priority, BE at the lowest"
@@ -87,7 +91,7 @@ def label(system):
 def system_order(system):
     if system.endswith("+pdl"):  # right after the system it modifies
         return system_order(system[:-len("+pdl")])[:2] + (1,)
-    for pattern, group in ((r"green-split-(\d+)", "green-split-*"), (r"tally-reserve-(\d+)(?:-overlap)?", "tally-reserve-*"),
+    for pattern, group in ((r"green-split-(\d+)(?:-overlap)?", "green-split-*"), (r"tally-reserve-(\d+)(?:-overlap)?", "tally-reserve-*"),
                            (r"tally-budget-([0-9.]+)x", "tally-budget-*")):
         m = re.fullmatch(pattern, system)
         if m:

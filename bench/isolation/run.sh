@@ -24,10 +24,12 @@
 #                     tally-no-chain tally-chain-always
 #                     (green-split-<N>: one native process, HP on a green context of N SMs, BE on the rest;
 #                     green-split-0: one native process, one context, HP's stream at top priority;
+#                     green-split-<N>-overlap: tallyd's overlapped reserve natively, HP on a green
+#                     context of every SM at top priority, BE on one of the rest at the lowest;
 #                     tally-budget-<F>x: the reserves $BUDGET_LEVELS chosen online for HP's p99 within F x
 #                     HP alone, which tallyd learned in the tally-hp-alone run: the cache dir is shared;
 #                     tally-reserve-<N>[-overlap]: --sm-partition N[:overlap], any reserve size;
-#                     <system>+pdl: hp_infer chains its own kernels, programmatic dependent launch)
+#                     <system>+pdl: HP chains its own kernels, programmatic dependent launch)
 #
 # ISOLATION_TALLYD=<path>: the tallyd binary to run (default: the build dir's).
 # ISOLATION_SERVICE_LOGS=1: every HP run also writes each request's times to
@@ -102,13 +104,12 @@ known_system() {
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
     tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control|tally-default) ;;
     tally-default-no-launch-thread|tally-default-be-inline-0|tally-no-chain|tally-chain-always) ;;
-    *) [[ $1 =~ ^green-split-[0-9]+$ || $1 =~ ^tally-budget-[0-9.]+x$ || $1 =~ ^tally-reserve-[0-9]+(-overlap)?$ ]] ;;
+    *) [[ $1 =~ ^green-split-[0-9]+(-overlap)?$ || $1 =~ ^tally-budget-[0-9.]+x$ || $1 =~ ^tally-reserve-[0-9]+(-overlap)?$ ]] ;;
   esac
 }
-# <system>+pdl: the same system with hp_infer chaining its own kernels (--pdl 1); not for green-split.
+# <system>+pdl: the same system with HP chaining its own kernels (--pdl 1).
 for s in $SYSTEMS; do
   known_system "${s%+pdl}" || die "unknown system $s"
-  [[ $s != green-split-*+pdl ]] || die "$s: green_split has no --pdl"
 done
 KINDS=$(for p in $PAIRS; do pair_kind "$p"; done | sort -u | xargs)
 BES=$(for p in $PAIRS; do pair_be "$p"; done | sort -u | xargs)
@@ -331,8 +332,10 @@ colocated() {  # repeat pair build system rho rate
   : >"$be_out"
   : >"$hp_out"
   if [[ $system == green-split-* ]]; then
-    local both
-    both=$("$BIN/green_split" --hp-sms "${system#green-split-}" --request "$kind" $(be_args "$be_key" "$build") \
+    local both split=${base#green-split-} overlap=0
+    [[ $split == *-overlap ]] && overlap=1
+    both=$("$BIN/green_split" --hp-sms "${split%-overlap}" --hp-overlap $overlap $hp_chained --request "$kind" \
+      $(be_args "$be_key" "$build") \
       --rate "$rate" --seconds "$SECONDS_PER_RUN" --lead "$BE_LEAD" --seed "$repeat" \
       $(service_log "$pair-$system-$build-r$repeat") 2>>"$OUT/clients.log") ||
       log "green_split failed under $system"
