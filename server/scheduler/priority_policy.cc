@@ -95,10 +95,7 @@ PriorityPolicy::PriorityPolicy(SchedulerConfig config, const std::vector<gpu::Gp
     if (!setUp(*g, error)) return;
   }
   if (config_.hpP99Budget.set() && !config_.smPartition) {
-    spdlog::warn(runsController() ? "scheduler: without SM partitions an HP p99 budget chooses only whether HP kernels "
-                                    "are chained; set priority_sm_partition for reserves"
-                                  : "scheduler: an HP p99 budget without SM partitions has nothing to choose from; "
-                                    "set priority_sm_partition");
+    spdlog::warn("scheduler: an HP p99 budget without SM partitions has nothing to choose from; set priority_sm_partition");
   }
   knobs_.budgetMicros = config_.budgetMicros;
   knobs_.useTransforms = config_.transforms;
@@ -151,42 +148,39 @@ bool PriorityPolicy::setUp(gpu::Gpu& g, std::string& error) {
     return false;
   }
   s->progressUsed.assign(kLanesPerGpu, false);
-  if (config_.smPartition && !launcher_.partitionSms(&g, *config_.smPartition, error)) return false;
-  if (config_.smPartition || runsController()) setUpLevels(g, *s);
+  if (config_.smPartition) {
+    if (!launcher_.partitionSms(&g, *config_.smPartition, error)) return false;
+    s->split = std::make_unique<PartitionSplit>(static_cast<Nanos>(config_.partitionIdleMillis * 1e6));
+    const size_t reserves = config_.smPartition->levels();
+    PartitionController::Knobs knobs;
+    knobs.levels = reserves + (ladderHasUnchainedRung() ? 1 : 0);
+    knobs.budget = config_.hpP99Budget;
+    s->controller = PartitionController(knobs);
+    if (auto alone = profiles_.micros(aloneKey(g))) s->controller.setAloneP99(*alone);
+    if (auto level = profiles_.micros(settledLevelKey(g)); level && *level >= 0) {
+      s->controller.rememberLevel(static_cast<size_t>(std::lround(*level)));
+    }
+    useControllerLevel(*s, knobs.levels);
+    for (size_t level = 1; level <= reserves; ++level) {
+      spdlog::info("scheduler on GPU {}: SM partition level {}: {} of {} while both classes are active", ordinal,
+                   level, reserveName(g, level), launcher_.partitionSmCount(&g, gpu::Placement::wholeGpu()));
+    }
+    if (controlsPartitions()) {
+      const HpP99Budget& b = knobs.budget;
+      const std::string servesAsWell = "that serves HP as well as the best stronger one";
+      spdlog::info("scheduler on GPU {}: the level is chosen online: the weakest {}", ordinal,
+                   b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs, else the weakest {}", b.micros,
+                                                servesAsWell)
+                   : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone, else the weakest {}",
+                                                b.factor, servesAsWell)
+                                  : servesAsWell);
+    }
+  }
   if (config_.transforms && !launcher_.hasPtbHelpers(&g)) {
     spdlog::warn("scheduler on GPU {}: no PTB helpers; best-effort kernels will not be preempted", ordinal);
   }
   gpus_.emplace(&g, std::move(s));
   return true;
-}
-
-// The reserves (when configured) and the controller that chooses among them and the unchained rung.
-void PriorityPolicy::setUpLevels(gpu::Gpu& g, GpuState& s) {
-  const int ordinal = launcher_.ordinal(&g);
-  s.split = std::make_unique<PartitionSplit>(static_cast<Nanos>(config_.partitionIdleMillis * 1e6));
-  const size_t reserves = config_.smPartition ? config_.smPartition->levels() : 0;
-  PartitionController::Knobs knobs;
-  knobs.levels = reserves + (ladderHasUnchainedRung() ? 1 : 0);
-  knobs.budget = config_.hpP99Budget;
-  s.controller = PartitionController(knobs);
-  if (auto alone = profiles_.micros(aloneKey(g))) s.controller.setAloneP99(*alone);
-  if (auto level = profiles_.micros(settledLevelKey(g)); level && *level >= 0) {
-    s.controller.rememberLevel(static_cast<size_t>(std::lround(*level)));
-  }
-  useControllerLevel(s, knobs.levels);
-  for (size_t level = 1; level <= reserves; ++level) {
-    spdlog::info("scheduler on GPU {}: SM partition level {}: {} of {} while both classes are active", ordinal, level,
-                 reserveName(g, level), launcher_.partitionSmCount(&g, gpu::Placement::wholeGpu()));
-  }
-  if (!runsController()) return;
-  const HpP99Budget& b = knobs.budget;
-  const std::string servesAsWell = "that serves HP as well as the best stronger one";
-  spdlog::info("scheduler on GPU {}: {} chosen online: the weakest {}", ordinal,
-               reserves > 0 ? "the level is" : "whether HP kernels are chained is",
-               b.micros > 0   ? fmt::format("whose HP p99 is within {:.0f} µs, else the weakest {}", b.micros, servesAsWell)
-               : b.factor > 0 ? fmt::format("whose HP p99 is within {:.2f}x of HP's alone, else the weakest {}",
-                                            b.factor, servesAsWell)
-                              : servesAsWell);
 }
 
 PriorityPolicy::GpuState* PriorityPolicy::stateFor(gpu::Gpu& g) {
@@ -212,7 +206,7 @@ bool PriorityPolicy::beWorkIsolated(gpu::Gpu& g) {
 
 void PriorityPolicy::observeHpWait(gpu::Gpu& g, uint64_t tenant, double micros) {
   GpuState* s = stateFor(g);
-  if (s == nullptr || !s->split || !runsController()) return;
+  if (s == nullptr || !s->split || !controlsPartitions()) return;
   std::lock_guard lock(mutex_);
   AloneTail& own = s->hpAlone[tenant];
   if (!s->split->split(clock_.now())) {  // HP alone: what a relative budget is relative to
@@ -242,8 +236,7 @@ void PriorityPolicy::useControllerLevel(GpuState& s, size_t level) {
 
 std::string PriorityPolicy::controllerLevelName(gpu::Gpu& g, size_t level) {
   if (!ladderHasUnchainedRung()) return reserveName(g, level);
-  if (level == 0) return "every SM shared, HP unchained";
-  return level == 1 ? "every SM shared, HP chained" : reserveName(g, level - 1);
+  return level == 0 ? "every SM shared, HP unchained" : reserveName(g, level - 1);
 }
 
 unsigned PriorityPolicy::smsKeptFromBestEffort(gpu::Gpu& g) {
@@ -264,10 +257,8 @@ std::string PriorityPolicy::aloneKey(gpu::Gpu& g) {
 // that meets one budget is not the one that meets another.
 std::string PriorityPolicy::settledLevelKey(gpu::Gpu& g) {
   std::string key = "gpu" + std::to_string(launcher_.ordinal(&g)) + "/settled-level/";
-  if (config_.smPartition) {
-    for (const gpu::SmReserve& r : config_.smPartition->reserves) {
-      key += std::to_string(r.size) + (config_.smPartition->percent ? "%" : "") + (r.overlap ? "o" : "") + ",";
-    }
+  for (const gpu::SmReserve& r : config_.smPartition->reserves) {
+    key += std::to_string(r.size) + (config_.smPartition->percent ? "%" : "") + (r.overlap ? "o" : "") + ",";
   }
   const HpP99Budget& b = config_.hpP99Budget;
   key += b.micros > 0 ? fmt::format("{:g}us", b.micros) : b.factor > 0 ? fmt::format("{:g}x", b.factor) : "as-well";

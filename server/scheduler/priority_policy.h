@@ -116,8 +116,7 @@ class PriorityPolicy final : public Policy {
     gpu::Gpu* gpu = nullptr;  // a key: only the launcher looks inside
     MappedWords words;
     HpActivity activity{0};
-    // Whether both classes are active; null when the GPU is neither partitioned nor controlled.
-    std::unique_ptr<PartitionSplit> split;
+    std::unique_ptr<PartitionSplit> split;  // null: the GPU's SMs are not partitioned
     PartitionController controller;         // under mutex_
     // The partition level in use while both classes are active (0: every SM shared): the reserve
     // of controller.level() when it runs (useControllerLevel), else the strongest. Readable without
@@ -147,16 +146,11 @@ class PriorityPolicy final : public Policy {
   // would cost BE throughput and buy HP nothing: no BE block is on HP's SMs).
   bool beWorkIsolated(gpu::Gpu& g);
   std::string reserveName(gpu::Gpu& g, size_t level);  // "every SM shared", "HP 40 SMs / BE 92"
-  // The controller chooses online among the reserves when the operator asked for that, and, with
-  // chaining in `auto` and no reserves (the defaults), whether HP's kernels are chained at all.
-  bool runsController() const {
-    return config_.smPartition ? controlsPartitions() : config_.hpChain == SchedulerConfig::HpChain::kWhileBestEffort;
-  }
   // With chaining in `auto`, the controller's ladder starts one rung lower: every SM shared with
   // HP kernels unchained, which keeps BE the SMs chained blocks hold while they wait, where HP
   // meets its target without them. Its level L is then reserve L - 1, and L = 0 is that rung.
   bool ladderHasUnchainedRung() const {
-    return runsController() && config_.hpChain == SchedulerConfig::HpChain::kWhileBestEffort;
+    return controlsPartitions() && config_.hpChain == SchedulerConfig::HpChain::kWhileBestEffort;
   }
   void useControllerLevel(GpuState& s, size_t level);
   std::string controllerLevelName(gpu::Gpu& g, size_t level);
@@ -166,7 +160,6 @@ class PriorityPolicy final : public Policy {
   bool tracksHpActivity() const { return config_.gate || config_.transforms; }
   bool controlsPartitions() const { return config_.partitionControl || config_.hpP99Budget.set(); }
   bool setUp(gpu::Gpu& g, std::string& error);
-  void setUpLevels(gpu::Gpu& g, GpuState& s);
   Lane* laneFor(GpuState& s, const KernelLaunch& k);
   void closeGate(GpuState& s);
   void openGate(GpuState& s);

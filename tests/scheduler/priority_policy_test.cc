@@ -576,20 +576,6 @@ class ChainingTest : public PriorityPolicyTest {
     EXPECT_EQ(last().kind, LaunchKind::kChained);
     return hp;
   }
-  // `count` HP requests next to BE work, each one launch and one synchronizing wait whose length
-  // depends on whether the launch ran chained: the pair as the controller sees it. Returns how
-  // many ran unchained.
-  int requests(Tenant& hp, int count, double chainedMicros, double unchainedMicros) {
-    int unchained = 0;
-    for (int i = 0; i < count; ++i) {
-      bothActive();
-      launch(hp, hpKernel());
-      const bool chained = last().kind == LaunchKind::kChained;
-      unchained += chained ? 0 : 1;
-      policy->observeHpWait(*g, hp.id, chained ? chainedMicros : unchainedMicros);
-    }
-    return unchained;
-  }
 
  private:
   Tenant* be_ = nullptr;
@@ -681,30 +667,7 @@ TEST_F(ChainingTest, ABudgetMetWithoutChainingLeavesHpKernelsUnchained) {
   EXPECT_EQ(last().kind, LaunchKind::kChained) << "over the budget: back up the ladder, chained again";
 }
 
-// The defaults (no reserves, no budget) keep chaining only where it serves HP better than not
-// chaining: it costs BE the SMs HP's waiting blocks hold (docs/scheduler.md, layer 6).
-TEST_F(ChainingTest, ByDefaultHpKernelsRunUnchainedWhereThatServesHpAsWell) {
-  start();
-  Tenant& hp = tenant(1, true);
-  bestEffortLaunch();
-  EXPECT_GT(requests(hp, 3000, 500, 520), 1500) << "within 1.1x of chained: the walk stays unchained";
-  EXPECT_EQ(last().kind, LaunchKind::kOriginal);
-  EXPECT_EQ(bothActive(), gpu::Placement::wholeGpu()) << "no reserves: every SM shared either way";
-  requests(hp, 200, 500, 2000);
-  EXPECT_EQ(last().kind, LaunchKind::kChained) << "unchained got slow: chained again";
-}
-
-TEST_F(ChainingTest, ByDefaultHpKernelsStayChainedWhereChainingServesHpBetter) {
-  start();
-  Tenant& hp = tenant(1, true);
-  bestEffortLaunch();
-  const int unchained = requests(hp, 20000, 500, 900);
-  EXPECT_GT(unchained, 0) << "unchained was tried";
-  EXPECT_LT(unchained, 200) << "each failed probe costs a few requests, and probes grow rarer";
-  EXPECT_EQ(last().kind, LaunchKind::kChained);
-}
-
-TEST_F(ChainingTest, AStaticReserveHasNoUnchainedRung) {
+TEST_F(ChainingTest, WithoutABudgetTheLadderHasNoUnchainedRung) {
   Tenant& hp = hpBesideBestEffortAtTheReserve();
   hpWaits(3000, 500, hp.id);
   EXPECT_EQ(bothActive(), gpu::Placement::hp(0)) << "the configured reserve: no controller";
