@@ -79,9 +79,10 @@ def label(system):
         return "one native process, one context: HP stream at top priority, BE at the lowest"
     if m:
         return f"static green-context split (HP {m.group(1)} SMs)"
-    m = re.fullmatch(r"tally-reserve-(\d+)(-overlap)?", system)
+    m = re.fullmatch(r"tally-reserve-(\d+)(-overlap)?(-nochain)?", system)
     if m:
-        return f"tallyd priority + SM partition (HP {m.group(1)} SMs{', overlap' if m.group(2) else ''})"
+        return (f"tallyd priority + SM partition (HP {m.group(1)} SMs{', overlap' if m.group(2) else ''})"
+                f"{', HP kernels unchained' if m.group(3) else ''}")
     m = re.fullmatch(r"tally-budget-([0-9.]+)x", system)
     if m:
         return f"tallyd priority + SM reserves chosen online for HP p99 ≤ {m.group(1)}× alone through tallyd"
@@ -91,7 +92,7 @@ def label(system):
 def system_order(system):
     if system.endswith("+pdl"):  # right after the system it modifies
         return system_order(system[:-len("+pdl")])[:2] + (1,)
-    for pattern, group in ((r"green-split-(\d+)(?:-overlap)?", "green-split-*"), (r"tally-reserve-(\d+)(?:-overlap)?", "tally-reserve-*"),
+    for pattern, group in ((r"green-split-(\d+)(?:-overlap)?", "green-split-*"), (r"tally-reserve-(\d+)(?:-overlap)?(?:-nochain)?", "tally-reserve-*"),
                            (r"tally-budget-([0-9.]+)x", "tally-budget-*")):
         m = re.fullmatch(pattern, system)
         if m:
@@ -366,7 +367,11 @@ def plot(rows, rho, path):
     style = {s: (shapes[i % len(shapes)], f"C{i % 10}") for i, s in enumerate(systems)}
     cols = min(3, len(panels))
     rows_n = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows_n, cols, figsize=(5 * cols, 4.2 * rows_n), squeeze=False)
+    # The legend's labels are the tables' (long): one column of them under one or two panels.
+    legend_cols = 3 if cols == 3 else 1
+    legend_rows = (len(systems) + legend_cols - 1) // legend_cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(max(5 * cols, 11), 4.2 * rows_n + 0.2 * legend_rows),
+                             squeeze=False)
     for ax, (pair, build) in zip(axes.flat, panels):
         for system, runs in norm[(pair, build, rho)].items():
             ok = [v for v in runs if v]
@@ -389,9 +394,10 @@ def plot(rows, rho, path):
         ax.axis("off")
     handles = [plt.Line2D([], [], linestyle="", marker=style[s][0], color=style[s][1], label=label(s))
                for s in systems]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=legend_cols, fontsize=7, frameon=False)
     fig.suptitle("HP p99 vs BE throughput; target = lower right of the red lines", fontsize=11)
-    fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(systems) + 2) // 3), 1, 0.96))
+    legend_share = 0.2 * legend_rows / fig.get_figheight()
+    fig.tight_layout(rect=(0, min(0.6, 0.03 + legend_share), 1, 0.96))
     fig.savefig(path, dpi=110)
 
 

@@ -28,7 +28,8 @@
 #                     context of every SM at top priority, BE on one of the rest at the lowest;
 #                     tally-budget-<F>x: the reserves $BUDGET_LEVELS chosen online for HP's p99 within F x
 #                     HP alone, which tallyd learned in the tally-hp-alone run: the cache dir is shared;
-#                     tally-reserve-<N>[-overlap]: --sm-partition N[:overlap], any reserve size;
+#                     tally-reserve-<N>[-overlap][-nochain]: --sm-partition N[:overlap], any reserve size
+#                     (-nochain: with --hp-chain off);
 #                     <system>+pdl: HP chains its own kernels, programmatic dependent launch)
 #
 # ISOLATION_TALLYD=<path>: the tallyd binary to run (default: the build dir's).
@@ -104,7 +105,7 @@ known_system() {
     tally-no-stream-priorities|tally-partition|tally-partition-64|tally-partition-overlap|tally-partition-gate) ;;
     tally-partition-24-overlap|tally-partition-overlap-dyn|tally-partition-control|tally-default) ;;
     tally-default-no-launch-thread|tally-default-be-inline-0|tally-no-chain|tally-chain-always) ;;
-    *) [[ $1 =~ ^green-split-[0-9]+(-overlap)?$ || $1 =~ ^tally-budget-[0-9.]+x$ || $1 =~ ^tally-reserve-[0-9]+(-overlap)?$ ]] ;;
+    *) [[ $1 =~ ^green-split-[0-9]+(-overlap)?$ || $1 =~ ^tally-budget-[0-9.]+x$ || $1 =~ ^tally-reserve-[0-9]+(-overlap)?(-nochain)?$ ]] ;;
   esac
 }
 # <system>+pdl: the same system with HP chaining its own kernels (--pdl 1).
@@ -230,6 +231,7 @@ tally_flags() {
     tally-partition-control) echo "--policy priority --sm-partition 40:overlap --partition-control" ;;
     tally-budget-*) echo "--policy priority --sm-partition $BUDGET_LEVELS --hp-p99-budget ${1#tally-budget-}" ;;
     # Any reserve size: tally-reserve-32 (plain), tally-reserve-32-overlap (HP's context spans every SM).
+    tally-reserve-*-nochain) echo "$(tally_flags "${1%-nochain}") --hp-chain off" ;;
     tally-reserve-*-overlap) local n=${1#tally-reserve-}; echo "--policy priority --sm-partition ${n%-overlap}:overlap" ;;
     tally-reserve-*) echo "--policy priority --sm-partition ${1#tally-reserve-}" ;;
   esac
