@@ -67,6 +67,7 @@ struct TenantStats {
   throttledMicros @12 :UInt64;    # time its calls waited for its max_calls_per_second
   syncWaits @13 :UInt64;          # synchronizing calls answered after waiting for the GPU ...
   syncWaitMicros @14 :UInt64;     # ... and their total wait (arrival to answer)
+  chainedLaunches @15 :UInt64;    # high-priority launches run as chained variants (docs/scheduler.md, layer 6)
 }
 
 struct AdminReply {

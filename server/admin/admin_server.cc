@@ -149,6 +149,7 @@ void fillStats(wire::AdminReply::Builder reply, AdminState& state) {
     out.setLaunches(c.launches.load(relaxed));
     out.setSlicedLaunches(c.slicedLaunches.load(relaxed));
     out.setPtbLaunches(c.ptbLaunches.load(relaxed));
+    out.setChainedLaunches(c.chainedLaunches.load(relaxed));
     out.setPreemptions(c.preemptions.load(relaxed));
     out.setHeldLaunches(c.held.count());
     out.setHeldMicros(c.held.totalMicros());

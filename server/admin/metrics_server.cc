@@ -105,6 +105,8 @@ std::string renderMetrics(AdminState& state) {
       {"tally_tenant_launches_total", "counter", "kernel launches"},
       {"tally_tenant_sliced_launches_total", "counter", "launches run as sliced kernel variants"},
       {"tally_tenant_ptb_launches_total", "counter", "launches run as preemptible PTB kernel variants"},
+      {"tally_tenant_chained_launches_total", "counter",
+       "high-priority launches run as chained kernel variants (the next kernel takes the SMs this one frees)"},
       {"tally_tenant_copied_bytes_total", "counter", "bytes copied, by direction"},
   };
   for (const Family& f : counters) {
@@ -124,6 +126,7 @@ std::string renderMetrics(AdminState& state) {
                        : name == "tally_tenant_calls_total"       ? c.calls.load(relaxed)
                        : name == "tally_tenant_launches_total"    ? c.launches.load(relaxed)
                        : name == "tally_tenant_sliced_launches_total" ? c.slicedLaunches.load(relaxed)
+                       : name == "tally_tenant_chained_launches_total" ? c.chainedLaunches.load(relaxed)
                                                                       : c.ptbLaunches.load(relaxed);
       out += fmt::format("{}{{{}}} {}\n", name, labels, value);
     }

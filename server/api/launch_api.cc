@@ -141,6 +141,7 @@ scheduler::KernelLaunch kernelLaunch(session::Tenant& tenant, session::FunctionS
   k.paramLayout = &f.params;
   k.slicedLaunches = &counters.slicedLaunches;
   k.ptbLaunches = &counters.ptbLaunches;
+  k.chainedLaunches = &counters.chainedLaunches;
   k.preemptions = &counters.preemptions;
   k.held = &counters.held;
   k.variantStreams = [&tenant, s = &s](CUstream& side, CUdeviceptr& control) {

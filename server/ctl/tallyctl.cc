@@ -119,7 +119,7 @@ void printTenants(capnp::List<tally::wire::TenantInfo>::Reader tenants) {
 
 void printStats(capnp::List<tally::wire::TenantStats>::Reader stats) {
   std::vector<std::vector<std::string>> rows{
-      {"ID", "NAME", "CALLS", "LAUNCHES", "SLICED", "PTB", "RETREATS", "HELD", "HELD<10us/100us/1ms/10ms/more",
+      {"ID", "NAME", "CALLS", "LAUNCHES", "SLICED", "PTB", "RETREATS", "CHAINED", "HELD", "HELD<10us/100us/1ms/10ms/more",
        "THROTTLED", "SYNC-WAITS(mean)", "H2D", "D2H"}};
   for (auto t : stats) {
     std::string histogram;
@@ -127,6 +127,7 @@ void printStats(capnp::List<tally::wire::TenantStats>::Reader stats) {
     rows.push_back({std::to_string(t.getId()), t.getName(), std::to_string(t.getCalls()),
                     std::to_string(t.getLaunches()), std::to_string(t.getSlicedLaunches()),
                     std::to_string(t.getPtbLaunches()), std::to_string(t.getPreemptions()),
+                    std::to_string(t.getChainedLaunches()),
                     fmt::format("{} ({:.1f} ms)", t.getHeldLaunches(), t.getHeldMicros() / 1000.0),
                     histogram.empty() ? "-" : histogram, fmt::format("{:.1f} ms", t.getThrottledMicros() / 1000.0),
                     t.getSyncWaits() == 0 ? "-"

@@ -94,6 +94,7 @@ struct KernelLaunch {
   // Per-tenant counters the policy keeps current (tallyctl stats).
   std::atomic<uint64_t>* slicedLaunches = nullptr;
   std::atomic<uint64_t>* ptbLaunches = nullptr;
+  std::atomic<uint64_t>* chainedLaunches = nullptr;
   std::atomic<uint64_t>* preemptions = nullptr;
   metrics::LatencyHistogram* held = nullptr;       // launches the policy held back, and how long
   // The stream's side stream and PTB control block (StreamTable::prepareVariants), made on first

@@ -374,6 +374,7 @@ bool PriorityPolicy::chains(const KernelLaunch& k) {
 CUresult PriorityPolicy::launchHpKernel(const KernelLaunch& k, void** params) {
   if (!chains(k)) return launcher_.launchOriginal(k, params);
   hpChained_.fetch_add(1, std::memory_order_relaxed);
+  if (k.chainedLaunches != nullptr) k.chainedLaunches->fetch_add(1, std::memory_order_relaxed);
   return launcher_.launchChained(k, params);
 }
 

@@ -256,9 +256,10 @@ void Tenant::release() {
   // Last: when no tenant is left, the GPU gives back what its pools keep.
   for (gpu::Gpu* g : gpus_) g->tenantLeft();
   spdlog::info("tenant {} ({}) released: {} streams, {} events, {} modules, {} library objects, {} bytes of device "
-               "memory; {} launches ({} sliced, {} PTB, {} retreats)",
+               "memory; {} launches ({} sliced, {} PTB, {} retreats, {} chained)",
                id_, name_, streamCount, eventCount, moduleCount, libraryObjectCount, freedBytes, counters_.launches.load(),
-               counters_.slicedLaunches.load(), counters_.ptbLaunches.load(), counters_.preemptions.load());
+               counters_.slicedLaunches.load(), counters_.ptbLaunches.load(), counters_.preemptions.load(),
+               counters_.chainedLaunches.load());
   streams_.clear();
 }
 

@@ -58,6 +58,7 @@ struct TenantCounters {
   std::atomic<uint64_t> throttledMicros{0};  // time its calls waited for max_calls_per_second
   std::atomic<uint64_t> slicedLaunches{0};  // launches run as sliced / PTB kernel variants
   std::atomic<uint64_t> ptbLaunches{0};
+  std::atomic<uint64_t> chainedLaunches{0};  // HP launches run as chained variants (scheduler layer 6)
   std::atomic<uint64_t> preemptions{0};     // PTB retreat points set (one set after the grid is done stops nothing)
   // Best-effort launches the scheduler held back (gate closed, or two kernels still running),
   // their total wait, and its distribution: < 10 µs, < 100 µs, < 1 ms, < 10 ms, longer.

@@ -731,7 +731,7 @@ case_operations_status() {
   [[ $(wc -l <"$CTL_OUT") -eq 1 ]] || { show "$CTL_OUT" "tallyctl stdout"; fail "the tenant table is not empty"; }
   pass "the tenant table is empty"
   ctl_ok stats stats
-  ctl_expect '^ID +NAME +CALLS +LAUNCHES +SLICED +PTB +RETREATS +HELD +HELD<10us/100us/1ms/10ms/more +THROTTLED +SYNC-WAITS\(mean\) +H2D +D2H$' "the stats table's header"
+  ctl_expect '^ID +NAME +CALLS +LAUNCHES +SLICED +PTB +RETREATS +CHAINED +HELD +HELD<10us/100us/1ms/10ms/more +THROTTLED +SYNC-WAITS\(mean\) +H2D +D2H$' "the stats table's header"
   [[ $(wc -l <"$CTL_OUT") -eq 1 ]] || { show "$CTL_OUT" "tallyctl stdout"; fail "the stats table is not empty"; }
   pass "the stats table is empty"
   stop_tallyd
@@ -913,6 +913,7 @@ for line in text.splitlines():
     assert line.startswith("# HELP ") or line.startswith("# TYPE ") or sample.match(line), f"bad line: {line!r}"
 for want in ("tally_up 1", "tally_tenants 0", "tally_draining 0", "# TYPE tally_tenant_queueing_delay_seconds histogram",
              "# TYPE tally_gpu_sms_kept_from_best_effort gauge", "# TYPE tally_gpu_streams gauge",
+             "# TYPE tally_tenant_chained_launches_total counter",
              "tally_gpu_hardware_queues 8"):
     assert want in text, f"missing {want!r}"
 try:

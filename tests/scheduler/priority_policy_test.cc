@@ -40,7 +40,7 @@ struct Tenant {
   CUstream stream = nullptr;
   bool mustNotHold = false;
   bool followsKernel = true;  // what the API layer saw last on the stream
-  std::atomic<uint64_t> sliced{0}, ptb{0}, preemptions{0};
+  std::atomic<uint64_t> sliced{0}, ptb{0}, preemptions{0}, chained{0};
   metrics::LatencyHistogram held;
 };
 
@@ -65,6 +65,7 @@ KernelLaunch launchOf(Tenant& t, gpu::Gpu* g, const Kernel& kernel) {
   k.paramLayout = &kNoParams;
   k.slicedLaunches = &t.sliced;
   k.ptbLaunches = &t.ptb;
+  k.chainedLaunches = &t.chained;
   k.preemptions = &t.preemptions;
   k.held = &t.held;
   return k;
@@ -599,6 +600,7 @@ TEST_F(ChainingTest, HpKernelsRunChainedOnlyWhileBestEffortWorkIsAbout) {
   launch(hp, k);
   EXPECT_EQ(last().kind, LaunchKind::kOriginal) << "best-effort work has been gone for 0.3 s";
   EXPECT_NE(policy->summary().find("2 HP launches chained"), std::string::npos) << policy->summary();
+  EXPECT_EQ(hp.chained.load(), 2u) << "the tenant's own count (tallyctl stats, metrics)";
 }
 
 TEST_F(ChainingTest, OnlyALaunchThatFollowsAKernelOnItsStreamOverlapsIt) {
