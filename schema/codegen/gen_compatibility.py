@@ -685,9 +685,18 @@ STREAM_ATTRIBUTE_NOTE = ("**Stream attributes** (`cudaStreamSetAttribute`, `cuSt
                          "synchronization domains are hints. A stream's priority is the one it was created with; "
                          "changing it through an attribute answers NotSupported.")
 
+LAUNCH_ATTRIBUTE_NOTE = ("**Launch attributes** (`cudaLaunchKernelEx`, `cuLaunchKernelEx`): a priority (clamped to the "
+                         "tenant's class), cluster dimensions and scheduling preference, cooperative launch and "
+                         "programmatic stream serialization reach the driver; programmatic serialization only when "
+                         "the stream's previous work is one of the tenant's kernels, otherwise the kernel runs "
+                         "ordered, which `cudaGridDependencySynchronize` allows (docs/scheduler.md, \"Exact "
+                         "semantics\"). Memory-sync domains, L2 access windows, the synchronization policy and the "
+                         "shared-memory carveout are dropped (the launch runs with the defaults); completion events "
+                         "and graph-only attributes answer NotSupported.")
+
 CUDA_NOTES = {
-    "runtime": [MANAGED_NOTE, "", PEER_NOTE, "", STREAM_ATTRIBUTE_NOTE, ""],
-    "driver": [MANAGED_NOTE, "", PEER_NOTE, "", STREAM_ATTRIBUTE_NOTE, "", EXPORT_TABLE_NOTE, "", "Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
+    "runtime": [MANAGED_NOTE, "", PEER_NOTE, "", STREAM_ATTRIBUTE_NOTE, "", LAUNCH_ATTRIBUTE_NOTE, ""],
+    "driver": [MANAGED_NOTE, "", PEER_NOTE, "", STREAM_ATTRIBUTE_NOTE, "", LAUNCH_ATTRIBUTE_NOTE, "", EXPORT_TABLE_NOTE, "", "Texture and surface references (`cuTexRef*`, `cuSurfRef*`, `cuModuleGetTexRef`, "
                "`cuModuleGetSurfRef`) stay NotSupported: nvcc 13 cannot produce them any more "
                "(`texture<>`/`surface<>` references were removed in CUDA 12; `texture<float, 2> t;` "
                "fails with \"texture is not a template\"), so only binaries built with older toolkits "
